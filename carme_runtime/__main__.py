@@ -1,0 +1,7 @@
+"""``python -m carme_runtime``: the launcher (same as ``carme-launch``)."""
+
+import sys
+
+from carme_runtime.cli import launch_main
+
+sys.exit(launch_main())

@@ -1,0 +1,155 @@
+"""Node-side configuration of the runtime.
+
+Read from ``/etc/carme/runtime.json`` (path overridable with ``CARME_CONFIG``; rendered by the
+``carme_runtime`` role), then overridden by a few environment variables. JSON rather than TOML on purpose:
+this module is imported by the prolog/epilog, and ``json`` imports in about 2 ms where ``tomllib``
+takes 10 ms.
+A missing file means built-in defaults.
+
+This module avoids ``typing`` and ``dataclasses`` at runtime for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_CONFIG_PATH = "/etc/carme/runtime.json"
+
+#: key -> (type, default); lists are lists of str
+_SCHEMA: dict[str, tuple[type, object]] = {
+    "log_dir": (str, "/var/log/carme"),
+    "scratch_root": (str, "/scratch"),
+    "scratch_pattern": (str, "{job_id}"),
+    "cgroup_root": (str, "/sys/fs/cgroup"),
+    "gpu_check": (str, "enforce"),  # enforce | warn | off
+    "kill_leftovers": (bool, True),
+    "min_uid": (int, 1000),
+    "dataset_dirs": (list, []),
+    "bind_address": (str, ""),  # "" = the address of the node's hostname
+    "apps_dirs": (list, ["/etc/carme/apps.d"]),
+    "runtime": (str, "apptainer"),  # apptainer | none
+    "env_prefix": (str, ""),  # NoneRuntime: venv/conda prefix
+    "ready_timeout_s": (int, 300),
+}
+
+_ENV_OVERRIDES = {
+    "CARME_LOG_DIR": "log_dir",
+    "CARME_SCRATCH_ROOT": "scratch_root",
+    "CARME_CGROUP_ROOT": "cgroup_root",
+    "CARME_GPU_CHECK": "gpu_check",
+    "CARME_BIND_ADDRESS": "bind_address",
+}
+
+GPU_CHECK_MODES = ("enforce", "warn", "off")
+
+
+class ConfigError(ValueError):
+    """Invalid runtime configuration; the message names the source and the key."""
+
+
+class RuntimeConfig:
+    """Validated configuration values. Build it with :meth:`load` or :meth:`from_mapping`."""
+
+    __slots__ = (
+        "apps_dirs",
+        "bind_address",
+        "cgroup_root",
+        "dataset_dirs",
+        "env_prefix",
+        "gpu_check",
+        "kill_leftovers",
+        "log_dir",
+        "min_uid",
+        "ready_timeout_s",
+        "runtime",
+        "scratch_pattern",
+        "scratch_root",
+    )
+
+    log_dir: str
+    scratch_root: str
+    scratch_pattern: str
+    cgroup_root: str
+    gpu_check: str
+    kill_leftovers: bool
+    min_uid: int
+    dataset_dirs: list[str]
+    bind_address: str
+    apps_dirs: list[str]
+    runtime: str
+    env_prefix: str
+    ready_timeout_s: int
+
+    def __init__(self, **values: object) -> None:
+        for key, (_typ, default) in _SCHEMA.items():
+            value = values.pop(key, default)
+            setattr(self, key, list(value) if isinstance(value, list) else value)
+        if values:
+            raise ConfigError(f"unknown configuration key(s): {', '.join(sorted(values))}")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in _SCHEMA)
+        return f"RuntimeConfig({inner})"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object], source: str = "<dict>") -> RuntimeConfig:
+        checked: dict[str, object] = {}
+        for key, value in data.items():
+            if key not in _SCHEMA:
+                raise ConfigError(f"{source}: unknown key {key!r}")
+            typ, _default = _SCHEMA[key]
+            if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{source}: {key} must be an integer")
+            if typ is bool and not isinstance(value, bool):
+                raise ConfigError(f"{source}: {key} must be true or false")
+            if typ is str and not isinstance(value, str):
+                raise ConfigError(f"{source}: {key} must be a string")
+            if typ is list and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise ConfigError(f"{source}: {key} must be a list of strings")
+            checked[key] = value
+        cfg = cls(**checked)
+        cfg.check(source)
+        return cfg
+
+    def check(self, source: str) -> None:
+        if self.gpu_check not in GPU_CHECK_MODES:
+            raise ConfigError(f"{source}: gpu_check must be one of {', '.join(GPU_CHECK_MODES)}")
+        if self.runtime not in ("apptainer", "none"):
+            raise ConfigError(f"{source}: runtime must be 'apptainer' or 'none'")
+        for key in ("log_dir", "scratch_root", "cgroup_root"):
+            if not os.path.isabs(getattr(self, key)):
+                raise ConfigError(f"{source}: {key} must be an absolute path")
+        for path in self.dataset_dirs:
+            if not os.path.isabs(path):
+                raise ConfigError(f"{source}: dataset_dirs entry {path!r} must be an absolute path")
+
+    @classmethod
+    def load(cls, env: Mapping[str, str], path: str | None = None) -> RuntimeConfig:
+        """Defaults, then the JSON file (if it exists), then ``CARME_*`` environment overrides."""
+        path = path or env.get("CARME_CONFIG") or DEFAULT_CONFIG_PATH
+        data: dict[str, object] = {}
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            raise ConfigError(f"{path}: {exc.strerror}") from exc
+        if text.strip():
+            import json
+
+            try:
+                loaded = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: invalid JSON: {exc}") from exc
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{path}: top level must be an object")
+            data.update(loaded)
+        for var, key in _ENV_OVERRIDES.items():
+            if env.get(var):
+                data[key] = env[var]
+        return cls.from_mapping(data, source=path)

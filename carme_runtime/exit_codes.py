@@ -1,0 +1,21 @@
+"""Process exit codes of the console scripts (one place, like httpie's ``status.py``).
+
+Slurm hooks are special: ``carme-prolog`` and ``carme-epilog`` return ``OK`` for every problem that
+is the job's or the user's fault, because slurmd drains the node when a prolog or epilog exits non-zero.
+They only return ``HOOK_INTERNAL_ERROR`` when the node itself is broken (see ``hooks.py``).
+"""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1  # generic failure of a non-hook command
+    USAGE = 2  # bad command line (argparse convention)
+    CONFIG = 3  # invalid configuration, policy or app spec
+    SLURM = 4  # a Slurm command failed
+    SECRET_MISSING = 10  # carme-launch: CARME_SESSION_SECRET missing or too short
+    APP_NOT_READY = 11  # carme-launch: the app did not answer before the timeout
+    APP_START_FAILED = 12  # carme-launch: the app could not be started
+    NOT_IN_JOB = 13  # carme-launch: no SLURM_JOB_ID
+    HOOK_INTERNAL_ERROR = 20  # prolog/epilog: the node is broken (drains it on purpose)

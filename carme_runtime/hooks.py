@@ -1,0 +1,316 @@
+"""Slurm prolog and epilog logic (called by ``carme-prolog`` / ``carme-epilog``).
+
+Exit-code policy. slurmd drains the node when ``Prolog=`` exits non-zero (and requeues+holds a batch
+job); a non-zero ``Epilog=`` exit drains it too (both verified on Slurm 22.05.8, see
+``/work/shared/notes/services-on-ci.md`` section 3). A user's mistake must never drain a node, so:
+
+* a malformed environment (missing/non-numeric ``SLURM_JOB_ID``...) logs one clear line and exits 0;
+* a GPU isolation mismatch fails the **job**, not the node: the prolog exits 0 after setting the job's
+  ``AdminComment`` and cancelling it with ``scancel <jobid>`` (argv, through the runner). Requeueing was
+  rejected: the job would likely land on the same node again and loop. Cancelling is visible to the user
+  (``sacct`` state CANCELLED, AdminComment says why) and leaves the node in service for other jobs;
+  the log line in ``/var/log/carme/<jobid>.log`` gives the admin the details;
+* every other problem (unreadable cgroup, Slurm command failing, log dir not writable) is logged and the
+  hook still exits 0.
+
+Slurm's documentation advises against calling Slurm commands from Prolog/Epilog; this module only does
+it on the rare mismatch path (prolog) and once per job for ``squeue`` in the epilog, which the
+leftover-process rule needs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from carme_runtime.exit_codes import ExitCode
+from carme_runtime.job import InvalidJobEnv
+from carme_runtime.job import JobContext
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from collections.abc import Mapping
+
+    from carme_runtime.config import RuntimeConfig
+    from carme_runtime.runner import Runner
+
+DEFAULT_LOG_DIR = "/var/log/carme"
+
+
+# --- logging ---------------------------------------------------------------------------------------
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _clean(value: str) -> str:
+    return value.replace("\n", "\\n").replace("\r", "\\r")
+
+
+def write_log(log_dir: str, name: str, line: str) -> str | None:
+    """Append one line to ``<log_dir>/<name>.log``; return an error text instead of raising."""
+    text = f"{_timestamp()} {_clean(line)}\n"
+    try:
+        os.makedirs(log_dir, mode=0o750, exist_ok=True)
+        fd = os.open(os.path.join(log_dir, f"{name}.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            os.write(fd, text.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        sys.stderr.write(f"carme: cannot write log in {log_dir}: {exc}\n{text}")
+        return str(exc)
+    return None
+
+
+# --- scratch -----------------------------------------------------------------------------------------
+
+
+class ScratchPlan:
+    """What the epilog will do with the job's scratch path: ``action`` is
+    ``remove_tree``, ``unlink`` (a file or a symlink, never followed), ``absent`` or ``refuse``."""
+
+    __slots__ = ("action", "path", "reason")
+
+    def __init__(self, action: str, path: str, reason: str = "") -> None:
+        self.action = action
+        self.path = path
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"ScratchPlan({self.action!r}, {self.path!r}, {self.reason!r})"
+
+
+def plan_scratch_removal(root: str, pattern: str, ctx: JobContext) -> ScratchPlan:
+    """Decide how to remove ``<root>/<pattern>`` for this job without leaving ``root`` or following links.
+
+    ``pattern`` may use ``{job_id}``, ``{user}`` and ``{uid}`` (default ``{job_id}``). Only ``lstat`` is
+    used: every component below the root must be a real directory; a symlink as the last component is
+    unlinked, its target untouched.
+    """
+    try:
+        rel = pattern.format(job_id=ctx.job_id, user=ctx.user, uid=ctx.uid)
+    except (KeyError, IndexError, ValueError) as exc:
+        return ScratchPlan("refuse", pattern, f"bad scratch_pattern: {exc}")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or rel.startswith("/") or ".." in parts:
+        return ScratchPlan("refuse", rel, "scratch path must stay inside the scratch root")
+    real_root = os.path.realpath(root)
+    path = os.path.join(real_root, *parts)
+    if os.path.commonpath([real_root, path]) != real_root or path == real_root:
+        return ScratchPlan("refuse", path, "outside the scratch root")
+    import stat
+
+    current = real_root
+    for i, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return ScratchPlan("absent", path)
+        except OSError as exc:
+            return ScratchPlan("refuse", path, f"lstat {current}: {exc.strerror}")
+        last = i == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            if last:
+                return ScratchPlan("unlink", path, "symlink: removed, target untouched")
+            return ScratchPlan("refuse", path, f"{current} is a symlink")
+        if not last and not stat.S_ISDIR(st.st_mode):
+            return ScratchPlan("refuse", path, f"{current} is not a directory")
+        if last:
+            return ScratchPlan("remove_tree" if stat.S_ISDIR(st.st_mode) else "unlink", path)
+    return ScratchPlan("absent", path)  # pragma: no cover - loop always returns
+
+
+def execute_scratch_plan(plan: ScratchPlan) -> str:
+    """Carry out a plan; return a short outcome for the log."""
+    if plan.action in ("absent", "refuse"):
+        return f"{plan.action}{': ' + plan.reason if plan.reason else ''}"
+    try:
+        if plan.action == "unlink":
+            os.unlink(plan.path)
+        else:
+            import shutil
+
+            # Python 3.11 rmtree uses the fd-based implementation on Linux: it does not follow symlinks
+            # inside the tree and refuses a symlink at the top.
+            shutil.rmtree(plan.path)
+    except OSError as exc:
+        return f"failed: {exc}"
+    return "removed"
+
+
+# --- leftover processes -----------------------------------------------------------------------------
+
+
+def user_pids(uid: int, proc_root: str = "/proc", exclude: frozenset[int] = frozenset()) -> list[int]:
+    """PIDs whose real uid is ``uid`` (read from ``<proc_root>/<pid>/status``)."""
+    pids = []
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "status"), encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(pids)
+
+
+def should_kill_leftovers(
+    ctx: JobContext, squeue_rc: int, squeue_out: str, node: str, min_uid: int
+) -> tuple[bool, str]:
+    """Pure decision: kill the user's leftover processes only if they have no other job on ``node``."""
+    if ctx.uid < min_uid:
+        return False, f"uid {ctx.uid} < min_uid {min_uid}"
+    if squeue_rc != 0:
+        return False, f"squeue failed (rc={squeue_rc}); keeping processes"
+    from carme_runtime.slurm import SlurmParseError
+    from carme_runtime.slurm import jobs_on_node
+    from carme_runtime.slurm import parse_squeue_json
+
+    try:
+        jobs = parse_squeue_json(squeue_out)
+    except (SlurmParseError, ValueError, TypeError) as exc:
+        return False, f"squeue output unreadable ({exc}); keeping processes"
+    others = [j.job_id for j in jobs_on_node(jobs, node, user=ctx.user) if j.job_id != ctx.job_id]
+    if others:
+        return False, f"user has other jobs on {node}: {others}"
+    return True, f"no other job of {ctx.user} on {node}"
+
+
+# --- the hooks -----------------------------------------------------------------------------------------
+
+
+def _load_config(env: Mapping[str, str]) -> tuple[RuntimeConfig | None, str]:
+    from carme_runtime.config import ConfigError
+    from carme_runtime.config import RuntimeConfig
+
+    try:
+        return RuntimeConfig.load(env), ""
+    except ConfigError as exc:
+        return None, str(exc)
+
+
+def _context_or_log(hook: str, env: Mapping[str, str]) -> JobContext | None:
+    try:
+        return JobContext.from_environ(env)
+    except InvalidJobEnv as exc:
+        log_dir = env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
+        write_log(
+            log_dir,
+            "hooks",
+            f"{hook} malformed-env {exc}; node={env.get('SLURMD_NODENAME', '?')[:64]!r}; "
+            "exit 0 (node not drained)",
+        )
+        sys.stderr.write(f"carme-{hook}: malformed Slurm environment: {exc}\n")
+        return None
+
+
+def run_prolog(env: Mapping[str, str], runner: Runner) -> int:
+    ctx = _context_or_log("prolog", env)
+    if ctx is None:
+        return ExitCode.OK
+    cfg, cfg_error = _load_config(env)
+    log_dir = cfg.log_dir if cfg else env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
+    head = f"prolog job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
+    if cfg is None:
+        write_log(log_dir, str(ctx.job_id), f"{head} config-error {cfg_error}; checks skipped")
+        return ExitCode.OK
+    from carme_runtime import gpu
+
+    allocated = gpu.allocated_gpus(ctx.gpus_env)
+    gpus_s = (
+        "none" if not allocated else ",".join(map(str, allocated)) if allocated is not None else "unparseable"
+    )
+    if cfg.gpu_check == "off":
+        write_log(log_dir, str(ctx.job_id), f"{head} gpus={gpus_s} gpu_check=off result=ok")
+        return ExitCode.OK
+    check = gpu.check_job_isolation(cfg.cgroup_root, ctx.uid, ctx.job_id, allocated)
+    result = "ok"
+    if check.verdict == gpu.MISMATCH and cfg.gpu_check == "enforce":
+        result = fail_job(ctx.job_id, f"GPU isolation mismatch on {ctx.node or 'node'}", runner)
+    elif check.verdict == gpu.MISMATCH:
+        result = "warn-only"
+    write_log(
+        log_dir,
+        str(ctx.job_id),
+        f"{head} gpus={gpus_s} gpu_check={check.verdict} ({check.reason}) result={result}",
+    )
+    return ExitCode.OK
+
+
+def fail_job_argv(job_id: int, reason: str) -> list[list[str]]:
+    """The commands that fail a job from its prolog without draining the node."""
+    return [
+        ["scontrol", "update", f"JobId={job_id}", f"AdminComment=carme: {reason}"],
+        ["scancel", str(job_id)],
+    ]
+
+
+def fail_job(job_id: int, reason: str, runner: Runner) -> str:
+    outcomes = []
+    for argv in fail_job_argv(job_id, reason):
+        rc, _out, err = runner(argv)
+        outcomes.append(f"{argv[0]}={'ok' if rc == 0 else f'rc{rc}:{err.strip()[:80]}'}")
+    return "job-cancelled(" + ",".join(outcomes) + ")"
+
+
+def run_epilog(
+    env: Mapping[str, str],
+    runner: Runner,
+    kill: Callable[[int, int], None] = os.kill,
+    proc_root: str = "/proc",
+) -> int:
+    ctx = _context_or_log("epilog", env)
+    if ctx is None:
+        return ExitCode.OK
+    cfg, cfg_error = _load_config(env)
+    log_dir = cfg.log_dir if cfg else env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
+    head = f"epilog job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
+    if cfg is None:
+        write_log(log_dir, str(ctx.job_id), f"{head} config-error {cfg_error}; cleanup skipped")
+        return ExitCode.OK
+    plan = plan_scratch_removal(cfg.scratch_root, cfg.scratch_pattern, ctx)
+    scratch = execute_scratch_plan(plan)
+    leftovers = "disabled"
+    if cfg.kill_leftovers:
+        import socket
+
+        node = ctx.node or socket.gethostname().split(".")[0]
+        from carme_runtime.slurm import squeue_node_user_argv
+
+        if ctx.uid < cfg.min_uid:
+            rc, out = 0, ""
+        else:
+            rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
+        do_kill, why = should_kill_leftovers(ctx, rc, out, node, cfg.min_uid)
+        if do_kill:
+            import signal
+
+            pids = user_pids(ctx.uid, proc_root, exclude=frozenset({os.getpid()}))
+            killed = 0
+            for pid in pids:
+                try:
+                    kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    continue
+                except OSError as exc:
+                    why += f"; kill {pid}: {exc.strerror}"
+            leftovers = f"killed {killed} ({why})"
+        else:
+            leftovers = f"kept ({why})"
+    write_log(log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}")
+    return ExitCode.OK

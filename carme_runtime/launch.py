@@ -1,0 +1,387 @@
+"""``carme-launch``: runs inside the session job and starts the app.
+
+1. reads the job environment set by :mod:`carme_runtime.sessions` (``SLURM_JOB_ID``, ``CARME_APP``,
+   ``CARME_IMAGE``, ``CARME_RUNTIME``, ``CARME_WORKDIR``, ``CARME_SESSION_SECRET``) and refuses to start
+   without a secret of at least 24 characters;
+2. picks a free TCP port on the node's address (``bind_address`` in the config; default: the address of
+   the node's hostname);
+3. renders the app spec and wraps it in the runtime (Apptainer or a venv/conda prefix); starts it with
+   :class:`subprocess.Popen` (argv, no shell). The secret reaches the app only through its own variable
+   (``JUPYTER_TOKEN``, ``PASSWORD``); ``CARME_SESSION_SECRET`` is removed from the app's environment;
+4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, secret, app, base_url) with mode 0600 in a 0700
+   directory, so only the user (and root) can read it;
+5. probes readiness over HTTP with the secret until ready or timeout;
+6. publishes where it listens with ``scontrol update JobId=<id> Comment=carme:v1;app=..;host=..;port=..;
+   state=ready``. The secret is never published: the comment is visible to every user via ``squeue``;
+7. forwards SIGTERM/SIGINT to the app and returns the app's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from typing import Protocol
+
+from carme_runtime.apps import MIN_SECRET_LENGTH
+from carme_runtime.apps import AppRenderError
+from carme_runtime.exit_codes import ExitCode
+from carme_runtime.runtimes import ApptainerRuntime
+from carme_runtime.runtimes import BindNotAllowed
+from carme_runtime.runtimes import NoneRuntime
+from carme_runtime.runtimes import default_allow_list
+from carme_runtime.runtimes import default_binds
+from carme_runtime.slurm import format_comment
+
+if TYPE_CHECKING:
+    from carme_runtime.apps import AppSpec
+    from carme_runtime.config import RuntimeConfig
+    from carme_runtime.runner import Runner
+    from carme_runtime.runtimes import Bind
+    from carme_runtime.runtimes import Runtime
+
+
+class LaunchError(RuntimeError):
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Process(Protocol):
+    """What the launcher needs of a child process (``subprocess.Popen`` satisfies it)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[list[str], dict[str, str], str], Process]
+Probe = Callable[[str, int, str, Mapping[str, str], float], "int | None"]
+
+
+def popen_spawn(argv: list[str], env: dict[str, str], cwd: str) -> Process:
+    return subprocess.Popen(argv, env=env, cwd=cwd)
+
+
+def probe_http(host: str, port: int, path: str, headers: Mapping[str, str], timeout: float) -> int | None:
+    """One HTTP GET; the status code, or ``None`` when nothing answers. Redirects are not followed."""
+    import http.client
+
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers=dict(headers))
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def is_ready_status(status: int | None) -> bool:
+    return status is not None and 200 <= status < 400
+
+
+def node_address(configured: str) -> str:
+    """``bind_address`` from the config, or the address the node's hostname resolves to.
+
+    Debian maps the hostname to 127.0.1.1 in /etc/hosts by default; sites must then set ``bind_address``
+    (the portal proxy cannot reach a loopback address).
+    """
+    if configured:
+        return configured
+    return socket.gethostbyname(socket.gethostname())
+
+
+def pick_free_port(host: str) -> int:
+    """Ask the kernel for a free port on ``host`` (the app binds it right after; a race is unlikely)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def connection_info(app: AppSpec, job_id: int, host: str, port: int, secret: str) -> dict[str, object]:
+    return {
+        "job_id": job_id,
+        "app": app.name,
+        "host": host,
+        "port": port,
+        "base_url": app.base_url(job_id),
+        "secret": secret,
+        "secret_mode": app.secret_mode,
+    }
+
+
+def write_connection_file(home: str, job_id: int, info: Mapping[str, object]) -> str:
+    """Write ``<home>/.carme/sessions/<jobid>.json`` with mode 0600, directories 0700; return the path.
+
+    Written to a temporary file then renamed, with ``O_NOFOLLOW``/``O_EXCL`` so a planted symlink cannot
+    redirect it; modes are set explicitly (the umask does not matter).
+    """
+    base = os.path.join(home, ".carme")
+    sessions = os.path.join(base, "sessions")
+    for directory in (base, sessions):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+        import stat
+
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise LaunchError(ExitCode.ERROR, f"{directory} is not a real directory")
+        os.chmod(directory, 0o700)
+    path = os.path.join(sessions, f"{job_id}.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (json.dumps(dict(info), indent=2, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def published_comment(app: AppSpec, host: str, port: int, state: str) -> str:
+    return format_comment(app=app.name, host=host, port=port, state=state)
+
+
+def publish_argv(job_id: int, comment: str) -> list[str]:
+    return ["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"]
+
+
+@dataclass
+class LaunchPlan:
+    """Everything decided before the app starts (pure: built by :func:`plan_launch`)."""
+
+    job_id: int
+    app: AppSpec
+    host: str
+    port: int
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str
+    readiness_path: str
+    probe_headers: dict[str, str]
+    secret: str
+
+
+def make_runtime(name: str, image: str, config: RuntimeConfig, home: str) -> Runtime:
+    if name == "apptainer":
+        return ApptainerRuntime(default_allow_list(home, config.scratch_root, config.dataset_dirs))
+    if name == "none":
+        return NoneRuntime(image or config.env_prefix)
+    raise LaunchError(ExitCode.CONFIG, f"unknown runtime {name!r}")
+
+
+def plan_launch(
+    env: Mapping[str, str],
+    apps: Mapping[str, AppSpec],
+    config: RuntimeConfig,
+    *,
+    home: str,
+    host: str,
+    port: int,
+    scratch: str | None = None,
+) -> LaunchPlan:
+    """Decide the app's argv and environment from the job environment (no side effects)."""
+    job_id_s = env.get("SLURM_JOB_ID", "")
+    if not job_id_s.isdigit():
+        raise LaunchError(ExitCode.NOT_IN_JOB, "SLURM_JOB_ID missing: carme-launch runs inside a Slurm job")
+    job_id = int(job_id_s)
+    secret = env.get("CARME_SESSION_SECRET", "")
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise LaunchError(
+            ExitCode.SECRET_MISSING,
+            f"CARME_SESSION_SECRET missing or shorter than {MIN_SECRET_LENGTH} characters; refusing to start",
+        )
+    app_name = env.get("CARME_APP", "")
+    if app_name not in apps:
+        raise LaunchError(ExitCode.CONFIG, f"unknown app {app_name!r}; known: {', '.join(sorted(apps))}")
+    app = apps[app_name]
+    workdir = env.get("CARME_WORKDIR") or home
+    try:
+        rendered = app.render(
+            host=host,
+            port=port,
+            secret=secret,
+            job_id=job_id,
+            workdir=workdir,
+            logdir=env.get("CARME_LOGDIR"),
+        )
+    except AppRenderError as exc:
+        raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
+    runtime_name = env.get("CARME_RUNTIME") or config.runtime
+    image = env.get("CARME_IMAGE", "")
+    runtime = make_runtime(runtime_name, image, config, home)
+    binds: list[Bind] = default_binds(home, scratch, config.dataset_dirs)
+    gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
+    try:
+        argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
+    except (BindNotAllowed, ValueError) as exc:
+        raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
+    base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
+    proc_env = runtime.environment(rendered.env, base)
+    return LaunchPlan(
+        job_id=job_id,
+        app=app,
+        host=host,
+        port=port,
+        argv=argv,
+        env=proc_env,
+        workdir=workdir,
+        readiness_path=rendered.readiness_path,
+        probe_headers=app.proxy_headers(secret),
+        secret=secret,
+    )
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal N -> 128+N, like a shell
+
+
+def run_launch(
+    plan: LaunchPlan,
+    *,
+    home: str,
+    runner: Runner,
+    spawn: Spawn = popen_spawn,
+    probe: Probe = probe_http,
+    ready_timeout: float = 300.0,
+    interval: float = 0.5,
+    install_signals: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """Start the app, write the connection file, wait for readiness, publish, wait for the app."""
+    say = log or (lambda msg: print(f"carme-launch: {msg}", file=sys.stderr, flush=True))
+    info = connection_info(plan.app, plan.job_id, plan.host, plan.port, plan.secret)
+    path = write_connection_file(home, plan.job_id, info)
+    say(f"connection details in {path}")
+    try:
+        child = spawn(plan.argv, plan.env, plan.workdir)
+    except OSError as exc:
+        say(f"cannot start {plan.argv[0]}: {exc}")
+        runner(publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "failed")))
+        return ExitCode.APP_START_FAILED
+    previous: dict[int, object] = {}
+    if install_signals:
+
+        def forward(signum: int, _frame: object) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+        for forwarded in (signal.SIGTERM, signal.SIGINT):
+            previous[forwarded] = signal.signal(forwarded, forward)
+    try:
+        deadline = time.monotonic() + ready_timeout
+        ready = False
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                break
+            if is_ready_status(probe(plan.host, plan.port, plan.readiness_path, plan.probe_headers, 5.0)):
+                ready = True
+                break
+            time.sleep(interval)
+        if not ready:
+            rc = child.poll()
+            reason = "exited" if rc is not None else f"not ready after {ready_timeout:g} s"
+            say(f"{plan.app.name} {reason}")
+            runner(publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "failed")))
+            if rc is None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    rc = child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+                return ExitCode.APP_NOT_READY
+            return _exit_code(rc) or ExitCode.APP_START_FAILED
+        prc, _out, err = runner(
+            publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "ready"))
+        )
+        if prc != 0:
+            say(f"could not publish the session in the job comment: {err.strip()[:200]}")
+        say(f"{plan.app.name} ready on {plan.host}:{plan.port}")
+        return _exit_code(child.wait())
+    finally:
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)  # type: ignore[arg-type]
+
+
+def launch_from_env(
+    env: Mapping[str, str],
+    *,
+    runner: Runner,
+    config: RuntimeConfig,
+    apps: Mapping[str, AppSpec],
+    home: str | None = None,
+    spawn: Spawn = popen_spawn,
+    probe: Probe = probe_http,
+    install_signals: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> int:
+    say = log or (lambda msg: print(f"carme-launch: {msg}", file=sys.stderr, flush=True))
+    home = home or env.get("HOME") or os.path.expanduser("~")
+    try:
+        host = node_address(config.bind_address)
+        port = pick_free_port(host)
+        job_id_s = env.get("SLURM_JOB_ID", "")
+        scratch = os.path.join(config.scratch_root, job_id_s) if job_id_s.isdigit() else None
+        if scratch and not os.path.isdir(scratch):
+            scratch = None
+        plan = plan_launch(env, apps, config, home=home, host=host, port=port, scratch=scratch)
+    except LaunchError as exc:
+        say(str(exc))
+        return exc.code
+    except OSError as exc:
+        say(f"cannot prepare the session: {exc}")
+        return ExitCode.ERROR
+    if host.startswith("127.") and not config.bind_address:
+        say(f"warning: the hostname resolves to {host}; set bind_address so the portal can reach the app")
+    return run_launch(
+        plan,
+        home=home,
+        runner=runner,
+        spawn=spawn,
+        probe=probe,
+        ready_timeout=float(config.ready_timeout_s),
+        install_signals=install_signals,
+        log=say,
+    )
+
+
+def main_argv_env(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Entry used by ``carme-launch`` (no options besides ``--help``: everything comes from the job env)."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return ExitCode.OK
+    if argv:
+        print("carme-launch takes no arguments; it reads the job environment", file=sys.stderr)
+        return ExitCode.USAGE
+    from carme_runtime.apps import AppSpecError
+    from carme_runtime.apps import load_apps
+    from carme_runtime.config import ConfigError
+    from carme_runtime.config import RuntimeConfig
+    from carme_runtime.runner import SubprocessRunner
+
+    try:
+        config = RuntimeConfig.load(env)
+        apps = load_apps(config.apps_dirs)
+    except (ConfigError, AppSpecError) as exc:
+        print(f"carme-launch: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    return launch_from_env(env, runner=SubprocessRunner(), config=config, apps=apps)

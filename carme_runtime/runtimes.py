@@ -1,0 +1,209 @@
+"""Container runtimes behind one interface.
+
+* :class:`ApptainerRuntime` (production default): ``apptainer exec --nv --contain --cleanenv
+  --bind src:dst[:ro],... IMAGE argv...``. Binds come only from an allow-list (the user's home, the job's
+  scratch, dataset directories from the site config); anything else raises :class:`BindNotAllowed`.
+  With ``--cleanenv`` the host environment is dropped, so :meth:`ApptainerRuntime.environment` passes the
+  app's variables as ``APPTAINERENV_<NAME>`` (Apptainer's documented way; unlike ``--env`` it keeps
+  secrets off the command line).
+* :class:`NoneRuntime`: run on the node inside a venv/conda prefix: ``<prefix>/bin`` goes first on
+  ``PATH`` and the program is resolved there; no shell, no ``activate`` script.
+
+Apptainer is not installable on the project's CI machines: these command lines are checked against the
+Apptainer CLI documentation (``apptainer exec`` options ``--nv``, ``--contain``, ``--cleanenv``,
+``--bind src[:dest[:opts]]``), not against a running Apptainer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+RUNTIME_NAMES = ("apptainer", "none")
+
+
+class BindNotAllowed(ValueError):
+    """A bind mount outside the allow-list (or with characters Apptainer cannot express)."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    src: str
+    dst: str
+    readonly: bool = False
+
+    def spec(self) -> str:
+        return f"{self.src}:{self.dst}:ro" if self.readonly else f"{self.src}:{self.dst}"
+
+
+@dataclass(frozen=True)
+class AllowedBind:
+    """An allow-list entry: ``src`` and everything below it may be bound; ``readonly`` forces ``:ro``."""
+
+    prefix: str
+    readonly: bool = False
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+def _clean_path(path: str, what: str) -> str:
+    if not os.path.isabs(path):
+        raise BindNotAllowed(f"{what} {path!r} is not an absolute path")
+    if any(c in path for c in ",:\n\0") or any(ord(c) < 32 for c in path):
+        raise BindNotAllowed(f"{what} {path!r} contains ',', ':' or control characters")
+    norm = os.path.normpath(path)
+    if norm != path.rstrip("/") and norm != path:
+        raise BindNotAllowed(f"{what} {path!r} is not normalised (use {norm!r})")
+    return norm
+
+
+def check_binds(binds: Iterable[Bind], allowed: Iterable[AllowedBind]) -> list[Bind]:
+    """Return the binds (``:ro`` forced where the allow-list says so) or raise :class:`BindNotAllowed`.
+
+    Paths are compared after ``normpath``; the launcher resolves symlinks (``realpath``) before calling.
+    """
+    allow = list(allowed)
+    out = []
+    for bind in binds:
+        src = _clean_path(bind.src, "bind source")
+        dst = _clean_path(bind.dst, "bind destination")
+        match = [a for a in allow if _under(src, os.path.normpath(a.prefix))]
+        if not match:
+            raise BindNotAllowed(f"bind source {src!r} is not in the allow-list")
+        readonly = bind.readonly or any(a.readonly for a in match)
+        out.append(Bind(src, dst, readonly))
+    return out
+
+
+class Runtime(Protocol):
+    name: str
+
+    def wrap(
+        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+    ) -> list[str]:
+        """The full argv that runs ``argv`` inside this runtime."""
+        ...
+
+    def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+        """Environment of the runtime process: ``base`` plus the app's ``env`` as this runtime needs it."""
+        ...
+
+
+class ApptainerRuntime:
+    name = "apptainer"
+
+    def __init__(self, allowed: Iterable[AllowedBind], executable: str = "apptainer") -> None:
+        self.allowed = list(allowed)
+        self.executable = executable
+
+    def wrap(
+        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+    ) -> list[str]:
+        if not argv:
+            raise ValueError("empty argv")
+        if not image or image.startswith("-") or "\n" in image:
+            raise ValueError(f"bad image {image!r}")
+        checked = check_binds(binds, self.allowed)
+        cmd = [self.executable, "exec"]
+        if gpus > 0:
+            cmd.append("--nv")  # binds the driver libraries; without GPUs it only prints warnings
+        cmd += ["--contain", "--cleanenv"]
+        if checked:
+            cmd += ["--bind", ",".join(b.spec() for b in checked)]
+        cmd.append(image)
+        cmd += list(argv)
+        return cmd
+
+    def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+        out = dict(base)
+        for key, value in env.items():
+            out[f"APPTAINERENV_{key}"] = value
+        if "CUDA_VISIBLE_DEVICES" in base and "CUDA_VISIBLE_DEVICES" not in env:
+            out["APPTAINERENV_CUDA_VISIBLE_DEVICES"] = base["CUDA_VISIBLE_DEVICES"]
+        return out
+
+
+class NoneRuntime:
+    """No container: a venv or conda prefix on the node (sites without containers, the demo)."""
+
+    name = "none"
+
+    def __init__(self, prefix: str) -> None:
+        if not os.path.isabs(prefix):
+            raise ValueError(f"environment prefix {prefix!r} must be absolute")
+        self.prefix = os.path.normpath(prefix)
+
+    def wrap(
+        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+    ) -> list[str]:
+        """``image`` and ``binds`` are ignored (no container); argv[0] is resolved in ``<prefix>/bin``."""
+        if not argv:
+            raise ValueError("empty argv")
+        program = argv[0]
+        if "/" not in program:
+            program = os.path.join(self.prefix, "bin", program)
+        return [program, *argv[1:]]
+
+    def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+        out = dict(base)
+        out.update(env)
+        bindir = os.path.join(self.prefix, "bin")
+        path = base.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        out["PATH"] = f"{bindir}:{path}" if path else bindir
+        if os.path.exists(os.path.join(self.prefix, "conda-meta")):
+            out["CONDA_PREFIX"] = self.prefix
+        else:
+            out["VIRTUAL_ENV"] = self.prefix
+        return out
+
+
+def default_binds(home: str, scratch: str | None, datasets: Iterable[str]) -> list[Bind]:
+    """The binds a session gets: home and job scratch read-write, datasets read-only (same paths inside)."""
+    binds = [Bind(home, home)]
+    if scratch:
+        binds.append(Bind(scratch, scratch))
+    binds += [Bind(d, d, readonly=True) for d in datasets]
+    return binds
+
+
+def default_allow_list(home: str, scratch_root: str | None, datasets: Iterable[str]) -> list[AllowedBind]:
+    allowed = [AllowedBind(home)]
+    if scratch_root:
+        allowed.append(AllowedBind(scratch_root))
+    allowed += [AllowedBind(d, readonly=True) for d in datasets]
+    return allowed
+
+
+def parse_def_file(text: str) -> dict[str, str]:
+    """Header of an Apptainer definition file (``Bootstrap``, ``From``...).
+
+    Uses spython's recipe parser when the optional ``spython`` package is installed (``pip install
+    carme[images]``); otherwise a minimal stdlib reader of the ``Key: value`` header lines.
+    """
+    try:
+        from spython.main.parse.parsers import SingularityParser  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        SingularityParser = None
+    header: dict[str, str] = {}
+    if SingularityParser is not None:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".def", delete=True) as fh:
+            fh.write(text)
+            fh.flush()
+            recipe = SingularityParser(fh.name).recipe
+        if getattr(recipe, "fromHeader", None):
+            header["From"] = str(recipe.fromHeader)
+    for line in text.splitlines():
+        if line.startswith("%"):
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not key.strip().startswith("#"):
+            header.setdefault(key.strip(), value.strip())
+    return header

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from carme_runtime.apps import AppRenderError
+from carme_runtime.apps import AppSpecError
+from carme_runtime.apps import app_from_dict
+from carme_runtime.apps import load_apps
+
+SECRET = "s3cr3t-" + "x" * 40
+
+
+def render(name: str, secret: str = SECRET):  # type: ignore[no-untyped-def]
+    app = load_apps([])[name]
+    return app.render(host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice")
+
+
+def test_builtin_apps_load() -> None:
+    apps = load_apps([])
+    assert set(apps) == {"jupyterlab", "code-server", "tensorboard"}
+    assert apps["jupyterlab"].secret_mode == "token"
+    assert apps["code-server"].secret_mode == "password"
+    assert apps["tensorboard"].secret_mode == "proxy"
+
+
+def test_jupyterlab_argv_and_token() -> None:
+    r = render("jupyterlab")
+    assert r.argv == [
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=10.0.0.5",
+        "--ServerApp.port=41234",
+        "--ServerApp.base_url=/proxy/77/",
+        "--ServerApp.allow_remote_access=True",
+        "--ServerApp.root_dir=/home/alice",
+    ]
+    assert r.env == {"JUPYTER_TOKEN": SECRET}
+    assert not any(SECRET in a for a in r.argv)  # argv is world-readable in /proc
+    assert r.readiness_path == "/proxy/77/api/status"
+    assert load_apps([])["jupyterlab"].proxy_headers(SECRET) == {"Authorization": f"token {SECRET}"}
+
+
+def test_code_server_uses_password_auth_from_env() -> None:
+    r = render("code-server")
+    assert r.argv[:5] == ["code-server", "--bind-addr", "10.0.0.5:41234", "--auth", "password"]
+    assert "none" not in r.argv
+    assert r.env == {"PASSWORD": SECRET}
+    assert load_apps([])["code-server"].proxy_headers(SECRET) == {}
+
+
+def test_tensorboard_binds_and_has_no_header() -> None:
+    r = render("tensorboard")
+    assert "--host=10.0.0.5" in r.argv
+    assert "--path_prefix=/proxy/77" in r.argv
+    assert load_apps([])["tensorboard"].proxy_headers(SECRET) == {}
+
+
+@pytest.mark.parametrize("name", ["jupyterlab", "code-server", "tensorboard"])
+@pytest.mark.parametrize("secret", ["", "short"])
+def test_no_empty_or_short_secret_ever(name: str, secret: str) -> None:
+    with pytest.raises(AppRenderError):
+        render(name, secret)
+
+
+def spec(**over: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "name": "myapp",
+        "title": "My app",
+        "argv": ["myapp", "--port={port}"],
+        "env": {"MYAPP_TOKEN": "{secret}"},
+        "secret_mode": "token",
+        "readiness_path": "/",
+    }
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"name": "My App"}, "name"),
+        ({"argv": []}, "argv"),
+        ({"argv": ["{host}"]}, "argv"),
+        ({"argv": ["x", "--p={nope}"]}, "argv[1]"),
+        ({"argv": ["x", "--p={port!r}"]}, "argv[1]"),
+        ({"env": {"BAD-NAME": "x"}}, "env.BAD-NAME"),
+        ({"env": {}}, "secret_mode"),
+        ({"secret_mode": "none"}, "secret_mode"),
+        ({"secret_mode": "password", "env": {}, "argv": ["x", "--pw={secret}"]}, "env"),
+        ({"secret_mode": "password", "argv": ["x", "--pw={secret}"]}, "argv"),
+        ({"readiness_path": "health"}, "readiness_path"),
+        ({"proxy_base": "/proxy/"}, "proxy_base"),
+        ({"secret_header": {"name": "Authorization"}}, "secret_header"),
+        ({"secret_header": {"name": "Authorization", "value": "token"}}, "secret_header.value"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_invalid_spec_names_field(over: dict[str, object], field: str) -> None:
+    with pytest.raises(AppSpecError) as info:
+        app_from_dict(spec(**over), source="site.toml")
+    assert info.value.field == field
+    assert str(info.value).startswith("site.toml: ")
+
+
+def test_render_refuses_auth_off_arguments() -> None:
+    app = app_from_dict(spec(argv=["x", "--auth", "none", "--port={port}"]))
+    with pytest.raises(AppRenderError, match="disable authentication"):
+        app.render(host="h", port=1, secret=SECRET, job_id=1, workdir="/w")
+    app = app_from_dict(spec(argv=["x", "--ServerApp.token=", "--port={port}"]))
+    with pytest.raises(AppRenderError, match="disable authentication"):
+        app.render(host="h", port=1, secret=SECRET, job_id=1, workdir="/w")
+
+
+def test_site_dir_adds_and_overrides(tmp_path: Path) -> None:
+    (tmp_path / "myapp.toml").write_text(
+        'name = "myapp"\ntitle = "Mine"\nargv = ["myapp", "{port}"]\nsecret_mode = "token"\n'
+        '[env]\nMYAPP_TOKEN = "{secret}"\n'
+    )
+    (tmp_path / "tensorboard.toml").write_text(
+        'name = "tensorboard"\ntitle = "TB site"\nargv = ["/opt/tb/bin/tensorboard", "--port={port}"]\n'
+        'secret_mode = "proxy"\n'
+    )
+    apps = load_apps([tmp_path, tmp_path / "missing"])
+    assert apps["myapp"].title == "Mine"
+    assert apps["tensorboard"].title == "TB site"
+    assert apps["tensorboard"].source == str(tmp_path / "tensorboard.toml")
+
+
+def test_invalid_site_file_names_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.toml"
+    bad.write_text('name = "broken"\ntitle = "B"\nargv = "not a list"\n')
+    with pytest.raises(AppSpecError) as info:
+        load_apps([tmp_path])
+    assert info.value.source == str(bad)
+    assert info.value.field == "argv"
+    (tmp_path / "broken.toml").write_text("name = [")
+    with pytest.raises(AppSpecError) as info:
+        load_apps([tmp_path])
+    assert info.value.field == "<toml>"
+
+
+def test_name_must_match_file(tmp_path: Path) -> None:
+    (tmp_path / "other.toml").write_text(
+        'name = "myapp"\ntitle = "M"\nargv = ["m"]\nsecret_mode = "proxy"\n'
+    )
+    with pytest.raises(AppSpecError) as info:
+        load_apps([tmp_path])
+    assert info.value.field == "name"
