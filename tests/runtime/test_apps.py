@@ -12,7 +12,7 @@ from carme_runtime.apps import load_apps
 SECRET = "s3cr3t-" + "x" * 40
 
 
-def render(name: str, secret: str = SECRET):  # type: ignore[no-untyped-def]
+def render(name: str, secret: str = SECRET):
     app = load_apps([])[name]
     return app.render(host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice")
 
@@ -143,9 +143,7 @@ def test_invalid_site_file_names_file_and_field(tmp_path: Path) -> None:
 
 
 def test_name_must_match_file(tmp_path: Path) -> None:
-    (tmp_path / "other.toml").write_text(
-        'name = "myapp"\ntitle = "M"\nargv = ["m"]\nsecret_mode = "proxy"\n'
-    )
+    (tmp_path / "other.toml").write_text('name = "myapp"\ntitle = "M"\nargv = ["m"]\nsecret_mode = "proxy"\n')
     with pytest.raises(AppSpecError) as info:
         load_apps([tmp_path])
     assert info.value.field == "name"

@@ -164,7 +164,7 @@ def test_rest_payload_v0038() -> None:
     assert "tres_per_node" not in job  # v0.0.38 rejects it ("Unknown key")
     assert job["current_working_directory"] == "/home/alice/project"
     assert job["standard_output"] == "/home/alice/project/carme-jupyterlab-%j.out"
-    assert job["environment"]["CARME_SESSION_SECRET"] == SECRET  # type: ignore[index]
+    assert job["environment"]["CARME_SESSION_SECRET"] == SECRET
     assert SECRET not in str(job["comment"])
 
 
@@ -180,7 +180,7 @@ def test_short_secret_and_bad_runtime_refused() -> None:
     assert info.value.field == "app"
 
 
-def test_submit_with_sbatch_passes_script_on_stdin_and_secret_in_env(fake_runner) -> None:  # type: ignore[no-untyped-def]
+def test_submit_with_sbatch_passes_script_on_stdin_and_secret_in_env(fake_runner) -> None:
     fake_runner.answers["sbatch"] = (0, "1234;feas\n", "")
     job_id = submit_with_sbatch(GOOD, APPS["jupyterlab"], "apptainer", SECRET, fake_runner)
     assert job_id == 1234

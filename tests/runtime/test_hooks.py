@@ -1,0 +1,260 @@
+"""Prolog/epilog: never drain a node for a user's mistake; scratch removal never leaves the root."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from carme_runtime import hooks
+from carme_runtime.cli import epilog_main
+from carme_runtime.cli import prolog_main
+from carme_runtime.job import InvalidJobEnv
+from carme_runtime.job import JobContext
+
+
+def log_text(env: dict[str, str], name: str) -> str:
+    return (Path(env["CARME_LOG_DIR"]) / f"{name}.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"SLURM_JOB_ID": None}, "SLURM_JOB_ID: missing"),
+        ({"SLURM_JOB_ID": "12abc"}, "SLURM_JOB_ID: not a non-negative integer: '12abc'"),
+        ({"SLURM_JOB_ID": "-3"}, "SLURM_JOB_ID: not a non-negative integer"),
+        ({"SLURM_JOB_ID": "0"}, "SLURM_JOB_ID: must be > 0"),
+        ({"SLURM_JOB_USER": None}, "SLURM_JOB_USER: missing"),
+        ({"SLURM_JOB_USER": "al ice"}, "SLURM_JOB_USER: not a valid user name"),
+        ({"SLURM_JOB_UID": "x"}, "SLURM_JOB_UID: not a non-negative integer"),
+    ],
+)
+@pytest.mark.parametrize("entry", [prolog_main, epilog_main])
+def test_malformed_env_logs_clear_line_and_returns_0(
+    hook_env: dict[str, str], change: dict[str, str | None], needle: str, entry: Callable[..., int], capsys
+) -> None:
+    for key, value in change.items():
+        if value is None:
+            hook_env.pop(key)
+        else:
+            hook_env[key] = value
+    assert entry([], hook_env) == 0
+    line = log_text(hook_env, "hooks")
+    assert needle in line
+    assert "malformed-env" in line and "node not drained" in line
+    assert len(line.splitlines()) == 1
+    assert "malformed Slurm environment" in capsys.readouterr().err
+
+
+def test_malformed_env_with_newline_stays_one_line(hook_env: dict[str, str]) -> None:
+    hook_env["SLURM_JOB_ID"] = "1\n2026-01-01 prolog job=1 result=ok"
+    assert prolog_main([], hook_env) == 0
+    assert len(log_text(hook_env, "hooks").splitlines()) == 1
+
+
+def test_unwritable_log_dir_still_returns_0(hook_env: dict[str, str], tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    hook_env["CARME_LOG_DIR"] = str(blocker / "log")
+    assert prolog_main([], hook_env) == 0
+    assert "cannot write log" in capsys.readouterr().err
+
+
+def test_job_context_from_environ(hook_env: dict[str, str]) -> None:
+    ctx = JobContext.from_environ(hook_env)
+    assert (ctx.job_id, ctx.user, ctx.uid, ctx.node) == (41, "alice", 1001, "vm")
+    assert ctx.gpus_env["SLURM_JOB_GPUS"] == "0"
+    with pytest.raises(InvalidJobEnv) as info:
+        JobContext.from_environ({})
+    assert info.value.variable == "SLURM_JOB_ID"
+
+
+def test_prolog_logs_one_line_per_job(hook_env: dict[str, str]) -> None:
+    assert prolog_main([], hook_env) == 0
+    line = log_text(hook_env, "41")
+    assert "prolog job=41 user=alice uid=1001 node=vm gpus=0 gpu_check=unverifiable" in line
+    assert line.count("\n") == 1
+
+
+def _cgroup(env: dict[str, str], text: str) -> None:
+    d = Path(env["CARME_CGROUP_ROOT"]) / "devices" / "slurm" / "uid_1001" / "job_41"
+    d.mkdir(parents=True)
+    (d / "devices.list").write_text(text)
+
+
+def test_prolog_gpu_ok_runs_no_command(hook_env: dict[str, str], fake_runner) -> None:
+    _cgroup(hook_env, "c 195:0 rw\nc 195:255 rw\n")
+    assert hooks.run_prolog(hook_env, fake_runner) == 0
+    assert fake_runner.calls == []
+    assert "gpu_check=ok" in log_text(hook_env, "41")
+
+
+def test_prolog_gpu_mismatch_fails_job_not_node(hook_env: dict[str, str], fake_runner) -> None:
+    _cgroup(hook_env, "c 195:0 rw\nc 195:1 rw\n")
+    assert hooks.run_prolog(hook_env, fake_runner) == 0  # exit 0: the node is not drained
+    assert fake_runner.calls == [
+        ["scontrol", "update", "JobId=41", "AdminComment=carme: GPU isolation mismatch on vm"],
+        ["scancel", "41"],
+    ]
+    line = log_text(hook_env, "41")
+    assert "gpu_check=mismatch" in line and "result=job-cancelled(scontrol=ok,scancel=ok)" in line
+
+
+def test_prolog_gpu_mismatch_warn_mode(hook_env: dict[str, str], fake_runner) -> None:
+    _cgroup(hook_env, "c 195:0 rw\nc 195:1 rw\n")
+    hook_env["CARME_GPU_CHECK"] = "warn"
+    assert hooks.run_prolog(hook_env, fake_runner) == 0
+    assert fake_runner.calls == []
+    assert "result=warn-only" in log_text(hook_env, "41")
+
+
+def test_prolog_bad_config_logs_and_returns_0(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
+    cfg = tmp_path / "runtime.json"
+    cfg.write_text(json.dumps({"gpu_check": "sometimes"}))
+    hook_env["CARME_CONFIG"] = str(cfg)
+    assert hooks.run_prolog(hook_env, fake_runner) == 0
+    assert "config-error" in log_text(hook_env, "41")
+
+
+# --- epilog: scratch ---------------------------------------------------------------------------
+
+
+def ctx() -> JobContext:
+    return JobContext(job_id=41, user="alice", uid=1001, node="vm")
+
+
+def test_epilog_removes_scratch(hook_env: dict[str, str], fake_runner) -> None:
+    scratch = Path(hook_env["CARME_SCRATCH_ROOT"]) / "41"
+    (scratch / "sub").mkdir(parents=True)
+    (scratch / "sub" / "f").write_text("x")
+    assert hooks.run_epilog(hook_env, fake_runner) == 0
+    assert not scratch.exists()
+    assert "removed" in log_text(hook_env, "41")
+
+
+def test_epilog_symlinked_scratch_is_unlinked_not_followed(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
+) -> None:
+    victim = tmp_path / "important"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    root = Path(hook_env["CARME_SCRATCH_ROOT"])
+    root.mkdir()
+    (root / "41").symlink_to(victim)
+    assert hooks.run_epilog(hook_env, fake_runner) == 0
+    assert not (root / "41").is_symlink()
+    assert (victim / "keep").read_text() == "precious"
+
+
+def test_symlink_inside_scratch_not_followed(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
+    victim = tmp_path / "important"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    scratch = Path(hook_env["CARME_SCRATCH_ROOT"]) / "41"
+    scratch.mkdir(parents=True)
+    (scratch / "link").symlink_to(victim)
+    assert hooks.run_epilog(hook_env, fake_runner) == 0
+    assert not scratch.exists()
+    assert (victim / "keep").read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    "pattern", ["../{job_id}", "/etc/{job_id}", "{job_id}/..", "", "{nope}", "x/../../y"]
+)
+def test_scratch_patterns_outside_root_refused(tmp_path: Path, pattern: str) -> None:
+    plan = hooks.plan_scratch_removal(str(tmp_path / "scratch"), pattern, ctx())
+    assert plan.action == "refuse"
+
+
+def test_intermediate_symlink_refused(tmp_path: Path) -> None:
+    root = tmp_path / "scratch"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "41").mkdir(parents=True)
+    (root / "alice").symlink_to(outside)
+    plan = hooks.plan_scratch_removal(str(root), "{user}/{job_id}", ctx())
+    assert plan.action == "refuse"
+    assert hooks.execute_scratch_plan(plan).startswith("refuse")
+    assert (outside / "41").is_dir()
+
+
+def test_scratch_plan_absent_and_file(tmp_path: Path) -> None:
+    root = tmp_path / "scratch"
+    root.mkdir()
+    assert hooks.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "absent"
+    (root / "41").write_text("x")
+    assert hooks.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "unlink"
+
+
+# --- epilog: leftover processes -------------------------------------------------------------------
+
+
+def fake_proc(root: Path, procs: dict[int, int]) -> str:
+    for pid, uid in procs.items():
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (root / "self").mkdir()
+    return str(root)
+
+
+def squeue_json(jobs: list[dict[str, object]]) -> str:
+    return json.dumps({"meta": {}, "errors": [], "jobs": jobs})
+
+
+def test_epilog_kills_leftovers_when_no_other_job(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
+) -> None:
+    proc = fake_proc(tmp_path / "proc", {100: 1001, 101: 1002, 102: 1001})
+    own = {"job_id": 41, "job_state": "COMPLETING", "nodes": "vm", "user_name": "alice", "user_id": 1001}
+    fake_runner.answers["squeue"] = (0, squeue_json([own]), "")
+    killed: list[tuple[int, int]] = []
+    assert (
+        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    )
+    assert fake_runner.calls == [["squeue", "--json", "-w", "vm", "-u", "alice"]]
+    assert killed == [(100, signal.SIGKILL), (102, signal.SIGKILL)]
+    assert "killed 2" in log_text(hook_env, "41")
+
+
+def test_epilog_keeps_processes_when_user_has_another_job(
+    hook_env: dict[str, str], tmp_path: Path, data, fake_runner
+) -> None:
+    proc = fake_proc(tmp_path / "proc", {100: 1001})
+    fake_runner.answers["squeue"] = (0, data("squeue_node.json"), "")  # job 42 of alice runs on vm
+    killed: list[tuple[int, int]] = []
+    assert (
+        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    )
+    assert killed == []
+    assert "other jobs on vm: [42]" in log_text(hook_env, "41")
+
+
+def test_epilog_keeps_processes_when_squeue_fails(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
+) -> None:
+    proc = fake_proc(tmp_path / "proc", {100: 1001})
+    fake_runner.answers["squeue"] = (1, "", "slurm_load_jobs error: Unable to contact slurm controller")
+    killed: list[tuple[int, int]] = []
+    assert (
+        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    )
+    assert killed == []
+
+
+def test_epilog_never_kills_system_uids(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
+    hook_env["SLURM_JOB_UID"] = "0"
+    hook_env["SLURM_JOB_USER"] = "root"
+    killed: list[tuple[int, int]] = []
+    proc = fake_proc(tmp_path / "proc", {1: 0})
+    assert (
+        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    )
+    assert killed == [] and fake_runner.calls == []
+
+
+def test_user_pids_reads_real_proc() -> None:
+    assert os.getpid() in hooks.user_pids(os.getuid())

@@ -1,0 +1,282 @@
+"""carme-launch: secret handling, connection file, readiness probe, publication. Only 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from carme_runtime import launch
+from carme_runtime.apps import app_from_dict
+from carme_runtime.apps import load_apps
+from carme_runtime.config import RuntimeConfig
+from carme_runtime.exit_codes import ExitCode
+
+SECRET = "s3cr3t-" + "x" * 40
+
+# The "app": answers 403 without the token header, 200 with it, then exits 0.
+CHILD = r"""
+import http.server, os, sys
+token = os.environ["MYAPP_TOKEN"]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "token " + token
+        self.send_response(200 if ok else 403)
+        self.end_headers()
+        self.server.done = ok
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H)
+srv.done = False
+while not srv.done:
+    srv.handle_request()
+srv.server_close()
+"""
+
+TEST_APP = app_from_dict(
+    {
+        "name": "myapp",
+        "title": "Test app",
+        "argv": [sys.executable, "-c", CHILD, "{host}", "{port}"],
+        "env": {"MYAPP_TOKEN": "{secret}"},
+        "secret_mode": "token",
+        "readiness_path": "{base_url}api/status",
+        "secret_header": {"name": "Authorization", "value": "token {secret}"},
+    }
+)
+
+
+def job_env(tmp_path: Path, **over: str) -> dict[str, str]:
+    env = {
+        "SLURM_JOB_ID": "77",
+        "CARME_APP": "myapp",
+        "CARME_IMAGE": sys.prefix,
+        "CARME_RUNTIME": "none",
+        "CARME_WORKDIR": str(tmp_path),
+        "CARME_SESSION_SECRET": SECRET,
+        "HOME": str(tmp_path / "home"),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    env.update(over)
+    return env
+
+
+def config(tmp_path: Path) -> RuntimeConfig:
+    return RuntimeConfig.from_mapping(
+        {"bind_address": "127.0.0.1", "scratch_root": str(tmp_path / "scratch"), "ready_timeout_s": 30}
+    )
+
+
+class TokenHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        ok = self.headers.get("Authorization") == f"token {SECRET}"
+        self.send_response(200 if ok else 403)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def token_server() -> Iterator[int]:
+    srv = http.server.HTTPServer(("127.0.0.1", 0), TokenHandler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv.server_address[1]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join()
+
+
+def test_probe_http_with_and_without_secret(token_server: int) -> None:
+    assert launch.probe_http("127.0.0.1", token_server, "/", {}, 5.0) == 403
+    assert launch.probe_http("127.0.0.1", token_server, "/", {"Authorization": f"token {SECRET}"}, 5.0) == 200
+    assert not launch.is_ready_status(403)
+    assert launch.is_ready_status(200)
+
+
+def test_probe_http_nothing_listening() -> None:
+    port = launch.pick_free_port("127.0.0.1")
+    assert launch.probe_http("127.0.0.1", port, "/", {}, 1.0) is None
+
+
+def test_connection_file_mode_0600_in_0700_dir(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        path = launch.write_connection_file(str(tmp_path), 77, {"secret": SECRET, "port": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / ".carme").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / ".carme" / "sessions").st_mode) == 0o700
+    assert json.loads(Path(path).read_text())["secret"] == SECRET
+
+
+def test_connection_file_refuses_symlinked_dir(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / ".carme").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(launch.LaunchError):
+        launch.write_connection_file(str(tmp_path), 77, {})
+
+
+def test_launch_end_to_end_with_real_child(tmp_path: Path, fake_runner) -> None:
+    env = job_env(tmp_path)
+    rc = launch.launch_from_env(
+        env,
+        runner=fake_runner,
+        config=config(tmp_path),
+        apps={"myapp": TEST_APP},
+        log=lambda _m: None,
+    )
+    assert rc == 0
+    conn = tmp_path / "home" / ".carme" / "sessions" / "77.json"
+    info = json.loads(conn.read_text())
+    assert info["host"] == "127.0.0.1"
+    assert info["secret"] == SECRET
+    assert info["base_url"] == "/proxy/77/"
+    assert stat.S_IMODE(conn.stat().st_mode) == 0o600
+    assert fake_runner.calls == [
+        [
+            "scontrol",
+            "update",
+            "JobId=77",
+            f"Comment=carme:v1;app=myapp;host=127.0.0.1;port={info['port']};state=ready",
+        ]
+    ]
+    assert not any(SECRET in arg for call in fake_runner.calls for arg in call)
+
+
+@pytest.mark.parametrize("secret", [None, "", "too-short"])
+def test_refuses_missing_or_short_secret(tmp_path: Path, fake_runner, secret: str | None) -> None:
+    env = job_env(tmp_path)
+    if secret is None:
+        del env["CARME_SESSION_SECRET"]
+    else:
+        env["CARME_SESSION_SECRET"] = secret
+    spawned: list[list[str]] = []
+
+    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch.Process:
+        spawned.append(argv)
+        raise AssertionError("must not start")
+
+    rc = launch.launch_from_env(
+        env,
+        runner=fake_runner,
+        config=config(tmp_path),
+        apps={"myapp": TEST_APP},
+        spawn=spawn,
+        log=lambda _m: None,
+    )
+    assert rc == ExitCode.SECRET_MISSING
+    assert spawned == [] and fake_runner.calls == []
+    assert not (tmp_path / "home" / ".carme").exists()
+
+
+def test_not_in_job_and_unknown_app(tmp_path: Path, fake_runner) -> None:
+    env = job_env(tmp_path)
+    del env["SLURM_JOB_ID"]
+    cfg = config(tmp_path)
+    assert launch.launch_from_env(env, runner=fake_runner, config=cfg, apps={}, log=lambda _m: None) == (
+        ExitCode.NOT_IN_JOB
+    )
+    env = job_env(tmp_path, CARME_APP="nope")
+    assert launch.launch_from_env(env, runner=fake_runner, config=cfg, apps={}, log=lambda _m: None) == (
+        ExitCode.CONFIG
+    )
+
+
+def test_plan_for_jupyter_in_apptainer(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    env = job_env(
+        tmp_path,
+        CARME_APP="jupyterlab",
+        CARME_RUNTIME="apptainer",
+        CARME_IMAGE="/opt/images/pytorch.sif",
+        CUDA_VISIBLE_DEVICES="0",
+    )
+    plan = launch.plan_launch(env, load_apps([]), config(tmp_path), home=home, host="10.0.0.5", port=41234)
+    assert plan.argv[:6] == ["apptainer", "exec", "--nv", "--contain", "--cleanenv", "--bind"]
+    assert plan.argv[6] == f"{home}:{home}"
+    assert plan.argv[7] == "/opt/images/pytorch.sif"
+    assert plan.argv[8:10] == ["jupyter", "lab"]
+    assert plan.env["APPTAINERENV_JUPYTER_TOKEN"] == SECRET
+    assert "CARME_SESSION_SECRET" not in plan.env
+    assert not any(SECRET in a for a in plan.argv)
+    assert plan.probe_headers == {"Authorization": f"token {SECRET}"}
+    assert plan.readiness_path == "/proxy/77/api/status"
+
+
+class StuckProcess:
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self.rc: int | None = None
+
+    def poll(self) -> int | None:
+        return self.rc
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.rc = -15
+        return self.rc
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+    def kill(self) -> None:
+        self.signals.append(signal.SIGKILL)
+
+
+def test_not_ready_publishes_failed_and_stops_app(tmp_path: Path, fake_runner) -> None:
+    plan = launch.plan_launch(
+        job_env(tmp_path), {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9
+    )
+    child = StuckProcess()
+    rc = launch.run_launch(
+        plan,
+        home=str(tmp_path),
+        runner=fake_runner,
+        spawn=lambda a, e, c: child,
+        probe=lambda *a: None,
+        ready_timeout=0.05,
+        interval=0.01,
+        install_signals=False,
+        log=lambda _m: None,
+    )
+    assert rc == ExitCode.APP_NOT_READY
+    assert child.signals == [signal.SIGTERM]
+    assert fake_runner.calls[-1][-1].endswith("state=failed")
+
+
+def test_sigterm_is_forwarded_to_app(tmp_path: Path, fake_runner) -> None:
+    plan = launch.plan_launch(
+        job_env(tmp_path), {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9
+    )
+
+    class Child(StuckProcess):
+        def wait(self, timeout: float | None = None) -> int:
+            os.kill(os.getpid(), signal.SIGTERM)  # Slurm cancels the job while the app runs
+            return -15 if signal.SIGTERM in self.signals else 0
+
+    child = Child()
+    rc = launch.run_launch(
+        plan,
+        home=str(tmp_path),
+        runner=fake_runner,
+        spawn=lambda a, e, c: child,
+        probe=lambda *a: 200,
+        log=lambda _m: None,
+    )
+    assert child.signals == [signal.SIGTERM]
+    assert rc == 128 + 15
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
