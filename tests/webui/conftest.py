@@ -1,0 +1,290 @@
+"""Fixtures for portal tests (flaskr style): app, client, runner, login helpers, fake scheduler.
+
+LDAP tests use a real slapd (``tests/fixtures/slapd.py``). Slurm-facing code is
+tested against closed 127.0.0.1 ports and a small HTTP stand-in for slurmrestd
+until the host Slurm fixture (``tests/fixtures/hostslurm.py``) exists; the
+portal logic above the scheduler uses :class:`FakeScheduler` through the
+``SCHEDULER`` setting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import socket
+import sys
+from collections.abc import Iterator
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from flask.testing import FlaskCliRunner
+
+from webui import create_app
+from webui.cli import upgrade_database
+from webui.extensions import db
+from webui.models import ImageCatalog
+from webui.models import PortalSession
+from webui.models import User
+from webui.scheduler import ClusterState
+from webui.scheduler import Endpoint
+from webui.scheduler import Job
+from webui.scheduler import Node
+from webui.scheduler import Partition
+from webui.scheduler import SessionSpec
+from webui.scheduler import build_payload
+from webui.scheduler import load_apps
+from webui.slurm import SlurmError
+
+ROOT = Path(__file__).resolve().parents[2]
+try:
+    from tests.fixtures.slapd import SlapdServer
+    from tests.fixtures.slapd import slapd_server
+except ModuleNotFoundError:  # --import-mode=importlib does not put the repo root on sys.path
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.slapd import SlapdServer
+    from tests.fixtures.slapd import slapd_server
+
+__all__ = ["SlapdServer", "slapd_server"]
+
+SPECIAL = 'it\'s "quoted" $(touch /tmp/pwned); rm -rf / ;\nsecond line <b>bold</b>'
+
+
+def closed_port() -> int:
+    """A 127.0.0.1 port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class FakeScheduler:
+    """In-memory Scheduler: jobs as Slurm would report them; cancel obeys Slurm's ownership rule."""
+
+    def __init__(self, admin_user: str = "carme-portal") -> None:
+        self.admin_user = admin_user
+        self.nodes = [
+            Node(
+                name="gpu01",
+                state="idle",
+                gpus_total=2,
+                gpus_used=0,
+                partitions=("gpu",),
+                address="10.0.0.11",
+            )
+        ]
+        self.partitions = [
+            Partition(name="gpu", nodes=("gpu01",), max_time_minutes=480, state="up", is_default=True)
+        ]
+        self.jobs: dict[int, Job] = {}
+        self.submitted: list[tuple[SessionSpec, str, dict[str, Any]]] = []
+        self.cancelled: list[tuple[int, str]] = []
+        self.error: str | None = None
+        self.app_up = True
+        self.next_id = 1000
+        self.queries = 0
+
+    def state(self) -> ClusterState:
+        self.queries += 1
+        if self.error:
+            return ClusterState(error=self.error)
+        return ClusterState(
+            tuple(self.jobs.values()), tuple(self.nodes), tuple(self.partitions), fetched_at=1.0
+        )
+
+    def submit(self, spec: SessionSpec, secret: str) -> int:
+        payload = build_payload(spec, secret, load_apps(()), spec.limits)  # the real carme_runtime payload
+        self.next_id += 1
+        self.submitted.append((spec, secret, payload))
+        self.jobs[self.next_id] = Job(
+            job_id=self.next_id,
+            user=spec.user,
+            name=f"carme-{spec.app}",
+            state="PENDING",
+            partition=spec.partition or "",
+            gpus=spec.gpus,
+            time_limit_minutes=spec.time_minutes,
+        )
+        return self.next_id
+
+    def run(self, job_id: int, *, ready: bool = True, host: str = "10.0.0.11", port: int = 41234) -> None:
+        job = self.jobs[job_id]
+        comment = f"carme:v1;app=jupyterlab;host={host};port={port};state={'ready' if ready else 'starting'}"
+        self.jobs[job_id] = Job(
+            job_id=job.job_id,
+            user=job.user,
+            name=job.name,
+            state="RUNNING",
+            partition=job.partition,
+            gpus=job.gpus,
+            nodes=("gpu01",),
+            start_time=int(dt.datetime.now(dt.UTC).timestamp()),
+            time_limit_minutes=job.time_limit_minutes,
+            comment=comment,
+        )
+
+    def cancel(self, job_id: int, *, as_user: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise SlurmError("Slurm reported: Invalid job id specified")
+        if as_user not in (job.user, self.admin_user):
+            raise SlurmError("Slurm reported: Access/permission denied")
+        self.cancelled.append((job_id, as_user))
+        del self.jobs[job_id]
+
+    def gpu_hours_used(self, user: str, since: dt.datetime) -> float | None:
+        return 1.5
+
+    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
+        return self.app_up
+
+    def queries_issued(self) -> int:
+        return self.queries
+
+
+@pytest.fixture
+def fake_scheduler() -> FakeScheduler:
+    return FakeScheduler()
+
+
+@pytest.fixture
+def base_config(tmp_path: Path) -> dict[str, Any]:
+    key = tmp_path / "jwt_hs256.key"
+    key.write_bytes(b"k" * 32)
+    key.chmod(0o600)
+    (tmp_path / "apps.d").mkdir()
+    return {
+        "TESTING": True,
+        "SECRET_KEY": "test-secret-key-0123456789",
+        "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'portal.db'}",
+        "LDAP_URI": f"ldap://127.0.0.1:{closed_port()}",
+        "LDAP_ALLOW_PLAINTEXT": True,
+        "LOGIN_MIN_RESPONSE_SECONDS": 0.0,
+        "LOGIN_BACKOFF_BASE_SECONDS": 0.0,
+        "LOGIN_BACKOFF_MAX_SECONDS": 0.0,
+        "SLURMRESTD_URL": f"http://127.0.0.1:{closed_port()}",
+        "SLURM_JWT_KEY_FILE": str(key),
+        "SLURM_TIMEOUT_SECONDS": 2.0,
+        "CARME_APP_DIRS": (str(tmp_path / "apps.d"),),
+    }
+
+
+def make_app(config: Mapping[str, Any]) -> Flask:
+    app = create_app(config)
+    with app.app_context():
+        upgrade_database()
+        db.session.add(
+            ImageCatalog(
+                name="pytorch",
+                image="/images/pytorch.sif",
+                kind="image",
+                description="PyTorch",
+                allowed_apps=["jupyterlab", "code-server"],
+                enabled=True,
+            )
+        )
+        db.session.commit()
+    return app
+
+
+@pytest.fixture
+def app(base_config: dict[str, Any], fake_scheduler: FakeScheduler) -> Iterator[Flask]:
+    application = make_app({**base_config, "SCHEDULER": fake_scheduler})
+    yield application
+    with application.app_context():
+        db.engine.dispose()
+
+
+@pytest.fixture
+def ldap_app(
+    base_config: dict[str, Any], fake_scheduler: FakeScheduler, slapd_server: SlapdServer
+) -> Iterator[Flask]:
+    application = make_app({**base_config, **slapd_server.portal_config(), "SCHEDULER": fake_scheduler})
+    yield application
+    with application.app_context():
+        db.engine.dispose()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app: Flask) -> FlaskCliRunner:
+    return app.test_cli_runner()
+
+
+def csrf_token(client: FlaskClient) -> str:
+    page = client.get("/auth/login").get_data(as_text=True)
+    match = re.search(r'name="csrf-token" content="([^"]+)"', page)
+    assert match, "no CSRF token in the login page"
+    return match.group(1)
+
+
+def post(client: FlaskClient, url: str, data: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """POST a form with a valid CSRF token, as a browser would."""
+    form = {"csrf_token": csrf_token(client), **(data or {})}
+    # The test client speaks https (PREFERRED_URL_SCHEME): Flask-WTF checks the Referer, as browsers send it.
+    headers = {"Referer": "https://localhost/", **kwargs.pop("headers", {})}
+    return client.post(url, data=form, headers=headers, **kwargs)
+
+
+def log_in_as(app: Flask, client: FlaskClient, username: str, *, admin: bool = False) -> None:
+    """Skip password + TOTP (tested in test_auth.py): a session as the TOTP step leaves it."""
+    with app.app_context():
+        user = db.session.query(User).filter_by(username=username).one_or_none()
+        if user is None:
+            user = User(
+                username=username,
+                totp_confirmed=True,
+                totp_secret="JBSWY3DPEHPK3PXP",
+                totp_last_step=0,
+                failed_logins=0,
+                session_version=1,
+            )
+            db.session.add(user)
+            db.session.commit()
+        version = user.session_version
+    with client.session_transaction() as sess:
+        sess.clear()
+        sess["user"] = username
+        sess["admin"] = admin
+        sess["ver"] = version
+
+
+def add_session(
+    app: Flask, sched: FakeScheduler, owner: str, *, running: bool = True, ready: bool = True
+) -> int:
+    """A portal session owned by ``owner`` with its (fake) Slurm job."""
+    sched.next_id += 1
+    job_id = sched.next_id
+    sched.jobs[job_id] = Job(
+        job_id=job_id,
+        user=owner,
+        name="carme-jupyterlab",
+        state="PENDING",
+        partition="gpu",
+        gpus=1,
+        time_limit_minutes=60,
+    )
+    if running:
+        sched.run(job_id, ready=ready)
+    with app.app_context():
+        db.session.add(
+            PortalSession(
+                job_id=job_id,
+                owner=owner,
+                app="jupyterlab",
+                image="pytorch",
+                gpus=1,
+                partition="gpu",
+                time_minutes=60,
+                secret=f"secret-{owner}-{job_id}-xxxxxxxxxxxxxxxx",
+            )
+        )
+        db.session.commit()
+    return job_id

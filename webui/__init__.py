@@ -1,0 +1,154 @@
+"""Carme web portal: LDAP + TOTP login, GPU sessions on Slurm, owner-checked proxy."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+from flask import Response
+from flask import jsonify
+from flask import render_template
+from flask import request
+from flask_wtf.csrf import CSRFError  # type: ignore[import-untyped]
+from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from webui.extensions import csrf
+from webui.extensions import db
+from webui.ldapauth import check_config as check_ldap_config
+
+__all__ = ["create_app"]
+
+
+class ConfigError(RuntimeError):
+    """The portal refuses to start with this configuration."""
+
+
+def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+    app = Flask(__name__, instance_relative_config=True)
+    app.config.from_object("webui.settings")
+    if test_config is None:
+        path = os.environ.get("CARME_WEBUI_CONFIG")
+        if path:
+            app.config.from_pyfile(os.path.abspath(path))
+        else:
+            app.config.from_pyfile("config.py")
+    else:
+        app.config.update(test_config)
+    check_config(app)
+    if int(app.config["PROXY_FIX_HOPS"]) > 0:
+        hops = int(app.config["PROXY_FIX_HOPS"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)  # type: ignore[method-assign]
+    register_extensions(app)
+    register_blueprints(app)
+    register_security_headers(app)
+    register_error_handlers(app)
+    register_commands(app)
+    register_template_helpers(app)
+    return app
+
+
+def check_config(app: Flask) -> None:
+    key = app.config.get("SECRET_KEY")
+    if not key or not isinstance(key, str | bytes) or len(key) < 16:
+        raise ConfigError(
+            "SECRET_KEY is missing or shorter than 16 characters; set it in the instance config.py "
+            "(roles/carme_webui renders it from the vault)."
+        )
+    check_ldap_config(app.config)
+
+
+def register_extensions(app: Flask) -> None:
+    csrf.init_app(app)
+    db.init_app(app)
+    from webui import scheduler
+
+    # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
+    app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
+
+
+def register_blueprints(app: Flask) -> None:
+    from webui.admin import bp as admin_bp
+    from webui.api import bp as api_bp
+    from webui.auth import bp as auth_bp
+    from webui.dashboard import bp as dashboard_bp
+    from webui.sessions import bp as sessions_bp
+
+    app.register_blueprint(auth_bp)
+    app.register_blueprint(dashboard_bp)
+    app.register_blueprint(sessions_bp)
+    app.register_blueprint(admin_bp)
+    app.register_blueprint(api_bp)
+
+
+def register_security_headers(app: Flask) -> None:
+    @app.after_request
+    def _headers(resp: Response) -> Response:
+        h = resp.headers
+        h.setdefault("Content-Security-Policy", str(app.config["CONTENT_SECURITY_POLICY"]))
+        h.setdefault("X-Frame-Options", "DENY")
+        h.setdefault("X-Content-Type-Options", "nosniff")
+        h.setdefault("Referrer-Policy", "same-origin")
+        h.setdefault("Cross-Origin-Opener-Policy", "same-origin")
+        h.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
+        if int(app.config["HSTS_SECONDS"]) > 0:
+            h.setdefault("Strict-Transport-Security", f"max-age={int(app.config['HSTS_SECONDS'])}")
+        if resp.mimetype == "text/html" or request.blueprint in ("auth", "api"):
+            h.setdefault("Cache-Control", "no-store")
+        return resp
+
+
+def _wants_json() -> bool:
+    return request.blueprint == "api" or request.path.startswith("/api/")
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(CSRFError)
+    def _csrf(exc: CSRFError) -> tuple[Any, int]:
+        message = f"CSRF check failed: {exc.description}"
+        if _wants_json():
+            return jsonify(error=message), 400
+        return render_template("error.html", code=400, message=message), 400
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Any:
+        code = exc.code or 500
+        if code < 400:
+            return exc
+        message = exc.description or exc.name
+        if _wants_json():
+            return jsonify(error=message), code
+        return render_template("error.html", code=code, message=message), code
+
+    from webui.slurm import SlurmError
+
+    @app.errorhandler(SlurmError)
+    def _slurm(exc: SlurmError) -> tuple[Any, int]:
+        # Safety net: views handle scheduler errors themselves; never show a 500 for them.
+        message = str(exc)
+        if _wants_json():
+            return jsonify(error=message), 503
+        return render_template("error.html", code=503, message=message), 503
+
+
+def register_commands(app: Flask) -> None:
+    from webui.cli import register
+
+    register(app)
+
+
+def register_template_helpers(app: Flask) -> None:
+    from webui.security import current_user
+
+    @app.context_processor
+    def _inject() -> dict[str, Any]:
+        return {"current_user": current_user()}
+
+    @app.template_filter("duration")
+    def _duration(seconds: int | None) -> str:
+        if seconds is None:
+            return "-"
+        hours, rest = divmod(int(seconds), 3600)
+        return f"{hours}:{rest // 60:02d} h"

@@ -1,0 +1,95 @@
+"""JSON API and the nginx ``auth_request`` endpoint.
+
+Authentication is the portal session cookie. State-changing calls (POST,
+DELETE) need the CSRF token in an ``X-CSRFToken`` header; scripts get it from
+``GET /api/csrf-token`` (same-origin only: no CORS headers are ever sent).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote
+
+from flask import Blueprint
+from flask import Response
+from flask import abort
+from flask import jsonify
+from flask import request
+from flask_wtf.csrf import generate_csrf  # type: ignore[import-untyped]
+
+from webui import service
+from webui.security import current_user
+from webui.security import login_required
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+PROXY_URI = re.compile(r"^/proxy/(\d{1,12})(?:/|$)")
+
+
+@bp.route("/health")
+def health() -> Any:
+    state = service.scheduler().state()
+    return jsonify(ok=True, scheduler="unavailable" if state.error else "ok")
+
+
+@bp.route("/csrf-token")
+@login_required
+def csrf_token() -> Any:
+    return jsonify(csrf_token=generate_csrf())
+
+
+@bp.route("/sessions", methods=["GET"])
+@login_required
+def list_sessions() -> Any:
+    user = current_user()
+    assert user is not None
+    state = service.scheduler().state()
+    views = service.session_views(state, service.my_portal_sessions(user.username))
+    return jsonify(sessions=views, scheduler_error=state.error)
+
+
+@bp.route("/sessions", methods=["POST"])
+@login_required
+def start_session() -> Any:
+    user = current_user()
+    assert user is not None
+    body = request.get_json(silent=True)
+    form = body if isinstance(body, dict) else request.form
+    record = service.start_session(user, form)
+    return jsonify(job_id=record.job_id, app=record.app, gpus=record.gpus), 201
+
+
+@bp.route("/sessions/<job_id>/stop", methods=["POST"])
+@bp.route("/sessions/<job_id>", methods=["DELETE"])
+@login_required
+def stop_session(job_id: str) -> Any:
+    user = current_user()
+    assert user is not None
+    record = service.stop_session(user, service.parse_job_id(job_id))
+    return jsonify(job_id=record.job_id, stopped=True)
+
+
+@bp.route("/cluster")
+@login_required
+def cluster() -> Any:
+    state = service.scheduler().state()
+    return jsonify(usage=state.gpu_usage(), scheduler_error=state.error)
+
+
+@bp.route("/proxy-auth")
+def proxy_auth() -> Response:
+    """nginx ``auth_request`` target: may the cookie's user reach /proxy/<job_id>/...?"""
+    uri = request.headers.get("X-Original-URI", "")
+    match = PROXY_URI.match(uri)
+    path = unquote(uri.split("?", 1)[0])
+    if match is None or any(seg in (".", "..") for seg in path.split("/")) or "\\" in path:
+        abort(404)
+    target = service.proxy_target(current_user(), int(match.group(1)))
+    resp = Response(status=200)
+    resp.headers["X-Carme-Upstream"] = f"{target.endpoint.host}:{target.endpoint.port}"
+    resp.headers["X-Carme-Secret"] = target.secret
+    # The value nginx puts in the upstream Authorization header ("" removes the client's own).
+    resp.headers["X-Carme-Authorization"] = target.headers.get("Authorization", "")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp

@@ -1,0 +1,77 @@
+"""``flask --app webui <command>``: database migrations and account maintenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from alembic import command
+from alembic.config import Config
+from flask import Flask
+from flask import current_app
+from sqlalchemy import select
+
+from webui.extensions import db
+from webui.models import AuditLog
+from webui.models import User
+from webui.models import utcnow
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def upgrade_database(revision: str = "head") -> None:
+    """Run Alembic migrations on the app's database (needs an app context)."""
+    cfg = alembic_config()
+    with db.engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+
+def register(app: Flask) -> None:
+    @app.cli.command("db-upgrade")
+    @click.option("--revision", default="head", show_default=True)
+    def db_upgrade(revision: str) -> None:
+        """Create or migrate the portal database schema (Alembic)."""
+        upgrade_database(revision)
+        click.echo(f"database at {revision}")
+
+    @app.cli.command("totp-reset")
+    @click.argument("username")
+    def totp_reset(username: str) -> None:
+        """Forget USERNAME's TOTP secret; they enrol again at next login."""
+        user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
+        if user is None:
+            raise click.ClickException(f"no such user: {username}")
+        user.totp_secret = None
+        user.totp_confirmed = False
+        user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
+        user.session_version += 1
+        db.session.add(AuditLog(actor="cli", action="totp.reset", target=username, details={}, time=utcnow()))
+        db.session.commit()
+        click.echo(f"TOTP reset for {username}")
+
+    @app.cli.command("unlock")
+    @click.argument("username")
+    def unlock(username: str) -> None:
+        """Clear USERNAME's failed-login counter and lock."""
+        user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
+        if user is None:
+            raise click.ClickException(f"no such user: {username}")
+        user.failed_logins = 0
+        user.locked_until = None
+        db.session.add(
+            AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow())
+        )
+        db.session.commit()
+        click.echo(f"unlocked {username}")
+
+    @app.cli.command("scheduler-queries")
+    def scheduler_queries() -> None:
+        """Print how many slurmrestd queries this process issued (benchmark aid)."""
+        click.echo(str(current_app.extensions["carme_scheduler"].queries_issued()))

@@ -1,0 +1,154 @@
+"""Database models. The schema is owned by Alembic (``webui/migrations``).
+
+Slurm is the source of truth for job state; ``PortalSession`` only records who
+started a job through the portal and the secret the proxy injects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON
+from sqlalchemy import BigInteger
+from sqlalchemy import Boolean
+from sqlalchemy import DateTime
+from sqlalchemy import Float
+from sqlalchemy import Index
+from sqlalchemy import Integer
+from sqlalchemy import String
+from sqlalchemy import Text
+from sqlalchemy import UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import Mapped
+from sqlalchemy.orm import mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Stores naive UTC (MariaDB has no time zones) and returns aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=dt.UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class User(Base):
+    """A login name seen by the portal.
+
+    Rows exist for every syntactically valid name that was tried, so failed
+    attempts and lockouts are counted for unknown users too (no enumeration).
+    """
+
+    __tablename__ = "portal_user"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    totp_secret: Mapped[str | None] = mapped_column(String(64))
+    totp_confirmed: Mapped[bool] = mapped_column(Boolean, default=False, nullable=False)
+    totp_last_step: Mapped[int] = mapped_column(BigInteger, default=0, nullable=False)
+    failed_logins: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
+    last_failure_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    locked_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_login_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Bumped on TOTP reset or lockout: every cookie carrying an older value is void.
+    session_version: Mapped[int] = mapped_column(Integer, default=1, nullable=False)
+
+
+class PortalSession(Base):
+    """An interactive session started through the portal (one Slurm job)."""
+
+    __tablename__ = "portal_session"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, unique=True, nullable=False)
+    owner: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    app: Mapped[str] = mapped_column(String(64), nullable=False)
+    image: Mapped[str] = mapped_column(String(255), nullable=False)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    partition: Mapped[str | None] = mapped_column(String(64))
+    time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
+    secret: Mapped[str] = mapped_column(String(128), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class News(Base):
+    __tablename__ = "news"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    title: Mapped[str] = mapped_column(String(200), nullable=False)
+    body: Mapped[str] = mapped_column(Text, nullable=False)
+    author: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    published: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
+
+
+class ImageCatalog(Base):
+    """A named software environment users may pick for a session."""
+
+    __tablename__ = "image_catalog"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    # Container image path/reference, or an environment name (kind says which).
+    image: Mapped[str] = mapped_column(String(255), nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), default="image", nullable=False)
+    description: Mapped[str] = mapped_column(Text, default="", nullable=False)
+    # Names of apps (carme_runtime AppSpec keys) allowed with this image.
+    allowed_apps: Mapped[list[str]] = mapped_column(JSON, default=list, nullable=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
+
+
+class QuotaPolicy(Base):
+    """GPU limits. The row with ``username`` NULL is the default for everyone."""
+
+    __tablename__ = "quota_policy"
+    __table_args__ = (UniqueConstraint("username", name="uq_quota_policy_username"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str | None] = mapped_column(String(64))
+    gpu_hours_per_month: Mapped[float] = mapped_column(Float, nullable=False)
+    max_gpus_per_session: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_sessions: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class AuditLog(Base):
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_time", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    actor: Mapped[str] = mapped_column(String(64), nullable=False)
+    action: Mapped[str] = mapped_column(String(64), nullable=False)
+    target: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, nullable=False)
+
+
+__all__ = [
+    "AuditLog",
+    "Base",
+    "ImageCatalog",
+    "News",
+    "PortalSession",
+    "QuotaPolicy",
+    "User",
+]

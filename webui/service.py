@@ -1,0 +1,410 @@
+"""Session logic shared by the HTML pages and the JSON API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flask import abort
+from flask import current_app
+from sqlalchemy import select
+from werkzeug.exceptions import BadRequest
+
+from carme_runtime.apps import AppSpec
+from carme_runtime.sessions import SessionLimits
+from webui import forms
+from webui.extensions import db
+from webui.models import ImageCatalog
+from webui.models import PortalSession
+from webui.models import QuotaPolicy
+from webui.models import utcnow
+from webui.scheduler import ClusterState
+from webui.scheduler import Endpoint
+from webui.scheduler import Job
+from webui.scheduler import Scheduler
+from webui.scheduler import SessionInvalid
+from webui.scheduler import SessionSpec
+from webui.scheduler import load_apps
+from webui.scheduler import readiness_path
+from webui.security import CurrentUser
+from webui.security import audit
+from webui.slurm import SlurmError
+from webui.slurm import SlurmUnavailable
+
+TERMINAL = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+
+def scheduler() -> Scheduler:
+    sched: Scheduler = current_app.extensions["carme_scheduler"]
+    return sched
+
+
+def proxy_path(job_id: int) -> str:
+    return f"/proxy/{job_id}/"
+
+
+@dataclass(frozen=True)
+class Policy:
+    gpu_hours_per_month: float
+    max_gpus_per_session: int
+    max_sessions: int
+    max_time_minutes: int
+    source: str
+
+
+def effective_policy(username: str) -> Policy:
+    rows = db.session.execute(
+        select(QuotaPolicy).where((QuotaPolicy.username == username) | (QuotaPolicy.username.is_(None)))
+    ).scalars()
+    by_name = {r.username: r for r in rows}
+    row = by_name.get(username) or by_name.get(None)
+    if row is not None:
+        return Policy(
+            row.gpu_hours_per_month,
+            row.max_gpus_per_session,
+            row.max_sessions,
+            row.max_time_minutes,
+            "user" if row.username else "default",
+        )
+    cfg = current_app.config
+    return Policy(
+        float(cfg["QUOTA_DEFAULT_GPU_HOURS_PER_MONTH"]),
+        int(cfg["QUOTA_DEFAULT_MAX_GPUS_PER_SESSION"]),
+        int(cfg["QUOTA_DEFAULT_MAX_SESSIONS"]),
+        int(cfg["QUOTA_DEFAULT_MAX_TIME_MINUTES"]),
+        "built-in",
+    )
+
+
+def month_start(now: dt.datetime | None = None) -> dt.datetime:
+    now = now or utcnow()
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def quota_view(username: str) -> dict[str, Any]:
+    policy = effective_policy(username)
+    used = scheduler().gpu_hours_used(username, month_start())
+    return {
+        "used_gpu_hours": None if used is None else round(used, 2),
+        "limit_gpu_hours": policy.gpu_hours_per_month,
+        "percent": None
+        if used is None or policy.gpu_hours_per_month <= 0
+        else min(100, round(100 * used / policy.gpu_hours_per_month)),
+        "policy": policy,
+    }
+
+
+# --- catalogue and form choices --------------------------------------------------
+
+
+def catalog() -> list[ImageCatalog]:
+    return list(
+        db.session.execute(
+            select(ImageCatalog).where(ImageCatalog.enabled.is_(True)).order_by(ImageCatalog.name)
+        ).scalars()
+    )
+
+
+def installed_apps() -> dict[str, AppSpec]:
+    return load_apps(tuple(current_app.config["CARME_APP_DIRS"]))
+
+
+def available_apps(images: list[ImageCatalog]) -> list[str]:
+    """Apps some enabled image allows and carme_runtime knows."""
+    installed = installed_apps()
+    return sorted({a for img in images for a in img.allowed_apps if a in installed})
+
+
+def app_spec(name: str) -> AppSpec | None:
+    return installed_apps().get(name)
+
+
+def form_limits(username: str, state: ClusterState, partition: str | None = None) -> dict[str, Any]:
+    policy = effective_policy(username)
+    part_obj = next((p for p in state.partitions if p.name == partition), None) if partition else None
+    max_time = min(policy.max_time_minutes, int(current_app.config["SESSION_MAX_TIME_MINUTES"]))
+    if part_obj and part_obj.max_time_minutes:
+        max_time = min(max_time, part_obj.max_time_minutes)
+    return {
+        "max_gpus": min(policy.max_gpus_per_session, state.max_gpus_per_node(partition)),
+        "max_time_minutes": max_time,
+        "max_sessions": policy.max_sessions,
+        "policy": policy,
+    }
+
+
+def default_partition(state: ClusterState) -> str | None:
+    configured = current_app.config.get("SESSION_DEFAULT_PARTITION")
+    if configured:
+        return str(configured)
+    default = next((p.name for p in state.partitions if p.is_default), None)
+    return default or (state.partitions[0].name if state.partitions else None)
+
+
+# --- start / stop -------------------------------------------------------------------
+
+
+def _live_state() -> ClusterState:
+    state = scheduler().state()
+    if state.error and not state.fetched_at:
+        raise SlurmUnavailable(state.error)
+    return state
+
+
+def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
+    """Validate everything on the server, submit as the user, record owner and secret."""
+    state = _live_state()
+    images = catalog()
+    image_name = forms.choice(form, "image", [i.name for i in images])
+    image = next(i for i in images if i.name == image_name)
+    app = forms.choice(form, "app", available_apps(images))
+    if app not in image.allowed_apps:
+        raise forms.FieldError("app", f"is not offered with image {image.name!r}")
+    partitions = [p.name for p in state.partitions]
+    if form.get("partition") in (None, ""):
+        partition = default_partition(state)
+    else:
+        partition = forms.choice(form, "partition", partitions)
+    limits = form_limits(user.username, state, partition)
+    gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
+    time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
+
+    active = [
+        ps
+        for ps in my_portal_sessions(user.username)
+        if (job := state.job(ps.job_id)) is not None and job.active
+    ]
+    if len(active) >= limits["max_sessions"]:
+        raise forms.FieldError(
+            "app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}"
+        )
+    if gpus > 0:
+        quota = quota_view(user.username)
+        if quota["used_gpu_hours"] is not None and quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
+            raise forms.FieldError(
+                "gpus", "your GPU-hour quota for this month is used up; start a CPU-only session"
+            )
+
+    cfg = current_app.config
+    runtime_limits = SessionLimits(
+        max_gpus=limits["max_gpus"],
+        max_time_minutes=limits["max_time_minutes"],
+        max_cpus=max(1, int(cfg["SESSION_DEFAULT_CPUS"])),
+        max_mem_mb=max(1, int(cfg["SESSION_DEFAULT_MEM_MB"])),
+        partitions=tuple(partitions),
+        apps=tuple(available_apps(images)),
+    )
+    spec = SessionSpec(
+        user=user.username,
+        app=app,
+        image=image.image,
+        gpus=gpus,
+        time_minutes=time_minutes,
+        partition=partition,
+        cpus=int(cfg["SESSION_DEFAULT_CPUS"]),
+        mem_mb=int(cfg["SESSION_DEFAULT_MEM_MB"]),
+        qos=cfg.get("SESSION_QOS"),
+        account=cfg.get("SESSION_ACCOUNT"),
+        workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
+        runtime="none" if image.kind == "environment" else "apptainer",
+        limits=runtime_limits,
+    )
+    secret = secrets.token_urlsafe(32)
+    try:
+        job_id = scheduler().submit(spec, secret)
+    except SessionInvalid as exc:
+        raise forms.FieldError(exc.field, exc.message) from exc
+    record = PortalSession(
+        job_id=job_id,
+        owner=user.username,
+        app=app,
+        image=image.name,
+        gpus=gpus,
+        partition=partition,
+        time_minutes=time_minutes,
+        secret=secret,
+        created_at=utcnow(),
+    )
+    db.session.add(record)
+    audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition)
+    try:
+        db.session.commit()
+    except Exception:
+        db.session.rollback()
+        try:  # never leave a job running that nobody can reach or see
+            scheduler().cancel(job_id, as_user=user.username)
+        except SlurmError:
+            current_app.logger.exception("could not cancel orphaned job %s", job_id)
+        raise
+    return record
+
+
+def get_portal_session(job_id: int) -> PortalSession | None:
+    return db.session.execute(
+        select(PortalSession).where(PortalSession.job_id == job_id)
+    ).scalar_one_or_none()
+
+
+def my_portal_sessions(username: str) -> list[PortalSession]:
+    return list(
+        db.session.execute(
+            select(PortalSession)
+            .where(PortalSession.owner == username, PortalSession.ended_at.is_(None))
+            .order_by(PortalSession.created_at.desc())
+        ).scalars()
+    )
+
+
+def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
+    """Owner stops as themself; an admin stops anyone's as the Slurm admin identity."""
+    record = get_portal_session(job_id)
+    if record is None:
+        abort(404, description="No such session.")
+    if record.owner == user.username:
+        as_user = user.username
+    elif user.is_admin:
+        as_user = str(current_app.config["SLURM_ADMIN_USER"])
+    else:
+        abort(403, description="Only the owner or an administrator may stop this session.")
+    scheduler().cancel(job_id, as_user=as_user)
+    record.ended_at = utcnow()
+    action = "session.stop" if record.owner == user.username else "admin.session.stop"
+    audit(action, str(job_id), owner=record.owner)
+    db.session.commit()
+    return record
+
+
+# --- views of sessions -----------------------------------------------------------
+
+
+def _valid_endpoint(state: ClusterState, job: Job) -> Endpoint | None:
+    ep = job.endpoint()
+    if ep is None or ep.state != "ready" or job.state != "RUNNING":
+        return None
+    # The comment is user-editable (scontrol update): only accept a host the job really runs on.
+    if ep.host not in state.node_names_for(job.nodes):
+        return None
+    return ep
+
+
+def session_views(
+    state: ClusterState, records: list[PortalSession], *, probe: bool = True
+) -> list[dict[str, Any]]:
+    now = time.time()
+    out = []
+    changed = False
+    for ps in records:
+        job = state.job(ps.job_id)
+        if job is not None and job.user != ps.owner:
+            job = None  # a recycled job id is not this session
+        if job is None and state.error:
+            out.append(_unknown_view(ps))
+            continue
+        if job is None or job.state in TERMINAL:
+            if ps.ended_at is None:
+                ps.ended_at = utcnow()
+                changed = True
+            if job is None:
+                continue
+        ready = False
+        spec = app_spec(ps.app)
+        if job.state == "RUNNING" and spec is not None:
+            ep = _valid_endpoint(state, job)
+            ready = ep is not None and (
+                not probe
+                or scheduler().app_answers(ep, readiness_path(spec, ps.job_id), spec.proxy_headers(ps.secret))
+            )
+        out.append(
+            {
+                "job_id": ps.job_id,
+                "owner": ps.owner,
+                "app": ps.app,
+                "image": ps.image,
+                "gpus": ps.gpus,
+                "partition": ps.partition,
+                "state": job.state,
+                "reason": job.reason if job.state == "PENDING" else "",
+                "seconds_left": job.seconds_left(now),
+                "nodes": list(job.nodes),
+                "ready": ready,
+                "connect_url": proxy_path(ps.job_id) if ready else None,
+                # Password apps (code-server) ask the owner for the session password at first connect.
+                "password": ps.secret
+                if ready and spec is not None and spec.secret_mode == "password"
+                else None,
+            }
+        )
+    if changed:
+        db.session.commit()
+    return out
+
+
+def _unknown_view(ps: PortalSession) -> dict[str, Any]:
+    return {
+        "job_id": ps.job_id,
+        "owner": ps.owner,
+        "app": ps.app,
+        "image": ps.image,
+        "gpus": ps.gpus,
+        "partition": ps.partition,
+        "state": "UNKNOWN",
+        "reason": "scheduler unreachable",
+        "seconds_left": None,
+        "nodes": [],
+        "ready": False,
+        "connect_url": None,
+        "password": None,
+    }
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    endpoint: Endpoint
+    secret: str
+    headers: Mapping[str, str]  # what the proxy adds upstream (e.g. Authorization: token ...)
+
+
+def proxy_target(user: CurrentUser | None, job_id: int) -> ProxyTarget:
+    """Authorise one proxied request; aborts with 401/403/404/503."""
+    if user is None:
+        abort(401)
+    record = get_portal_session(job_id)
+    if record is None:
+        abort(404, description="Unknown session.")
+    admin_ok = user.is_admin and bool(current_app.config["PROXY_ADMIN_ACCESS"])
+    if record.owner != user.username and not admin_ok:
+        abort(403, description="This session belongs to someone else.")
+    state = scheduler().state()
+    if state.error and not state.fetched_at:
+        abort(503, description=state.error)
+    job = state.job(job_id)
+    if job is None or job.user != record.owner or job.state != "RUNNING":
+        abort(404, description="The session is not running.")
+    ep = _valid_endpoint(state, job)
+    if ep is None:
+        abort(404, description="The session is not ready yet.")
+    spec = app_spec(record.app)
+    headers = spec.proxy_headers(record.secret) if spec is not None else {}
+    return ProxyTarget(ep, record.secret, headers)
+
+
+def parse_job_id(raw: str) -> int:
+    if not raw.isdigit() or len(raw) > 12:
+        raise BadRequest("job_id: must be a number")
+    return int(raw)

@@ -1,0 +1,96 @@
+"""Start, stop and connect to interactive sessions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+from flask import abort
+from flask import flash
+from flask import redirect
+from flask import render_template
+from flask import request
+from flask import url_for
+from werkzeug.wrappers import Response
+
+from webui import service
+from webui.forms import FieldError
+from webui.security import current_user
+from webui.security import login_required
+from webui.slurm import SlurmError
+
+bp = Blueprint("sessions", __name__, url_prefix="/sessions")
+
+
+def _form_context(username: str) -> dict[str, Any]:
+    state = service.scheduler().state()
+    images = service.catalog()
+    partition = service.default_partition(state)
+    return {
+        "state": state,
+        "images": images,
+        "apps": service.available_apps(images),
+        "partitions": state.partitions,
+        "default_partition": partition,
+        "limits": service.form_limits(username, state, partition),
+    }
+
+
+@bp.route("/new", methods=["GET"])
+@login_required
+def new() -> Any:
+    user = current_user()
+    assert user is not None
+    return render_template("sessions/new.html", **_form_context(user.username))
+
+
+@bp.route("/new", methods=["POST"])
+@login_required
+def start() -> Any:
+    user = current_user()
+    assert user is not None
+    try:
+        record = service.start_session(user, request.form)
+    except FieldError as exc:
+        ctx = _form_context(user.username)
+        return render_template("sessions/new.html", error=exc.description, form=request.form, **ctx), 400
+    except SlurmError as exc:
+        ctx = _form_context(user.username)
+        return render_template("sessions/new.html", error=str(exc), form=request.form, **ctx), 503
+    flash(f"Session {record.job_id} submitted; the Connect button appears once {record.app} answers.")
+    return redirect(url_for("dashboard.index"))
+
+
+@bp.route("/<job_id>/stop", methods=["POST"])
+@login_required
+def stop(job_id: str) -> Response:
+    user = current_user()
+    assert user is not None
+    jid = service.parse_job_id(job_id)
+    try:
+        service.stop_session(user, jid)
+    except SlurmError as exc:
+        flash(f"Could not stop session {jid}: {exc}")
+    else:
+        flash(f"Session {jid} is stopping.")
+    back = url_for("admin.index") if request.form.get("from") == "admin" else url_for("dashboard.index")
+    return redirect(back)
+
+
+@bp.route("/<job_id>/connect")
+@login_required
+def connect(job_id: str) -> Response:
+    user = current_user()
+    assert user is not None
+    jid = service.parse_job_id(job_id)
+    record = service.get_portal_session(jid)
+    if record is None:
+        abort(404)
+    if record.owner != user.username:
+        abort(403)
+    state = service.scheduler().state()
+    views = service.session_views(state, [record])
+    if not views or not views[0]["ready"]:
+        flash(f"Session {jid} is not ready yet.")
+        return redirect(url_for("dashboard.index"))
+    return redirect(service.proxy_path(jid))

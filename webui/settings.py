@@ -1,0 +1,101 @@
+"""Safe defaults for the portal. No secrets live here.
+
+Production values come from ``config.py`` in the instance folder (rendered by
+``roles/carme_webui``) or from the file named by ``CARME_WEBUI_CONFIG``.
+Every name below may be overridden there; see docs/portal.md for the list.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+# --- Flask core -------------------------------------------------------------
+# SECRET_KEY has no default on purpose: create_app() refuses to start without it.
+SESSION_COOKIE_NAME = "carme_session"
+SESSION_COOKIE_SECURE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+PERMANENT_SESSION_LIFETIME = timedelta(hours=12)
+PREFERRED_URL_SCHEME = "https"
+MAX_CONTENT_LENGTH = 1024 * 1024
+TEMPLATES_AUTO_RELOAD = False
+# Number of reverse proxies in front of gunicorn whose X-Forwarded-* headers are trusted (nginx: 1).
+PROXY_FIX_HOPS = 0
+
+# --- CSRF (Flask-WTF) -------------------------------------------------------
+WTF_CSRF_ENABLED = True
+WTF_CSRF_TIME_LIMIT = None  # token lives as long as the session
+WTF_CSRF_SSL_STRICT = True
+
+# --- Security headers -------------------------------------------------------
+HSTS_SECONDS = 31536000
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+# --- Database ---------------------------------------------------------------
+# Production: "mysql+pymysql://carme_webui:PASSWORD@127.0.0.1/carme_webui?charset=utf8mb4"
+SQLALCHEMY_DATABASE_URI = "sqlite:///:memory:"
+SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
+SQLALCHEMY_TRACK_MODIFICATIONS = False
+
+# --- LDAP -------------------------------------------------------------------
+LDAP_URI = "ldaps://ldap.example.org"
+LDAP_START_TLS = False  # set True with an ldap:// URI to upgrade the connection
+LDAP_CA_FILE: str | None = None  # None: the system trust store
+LDAP_ALLOW_PLAINTEXT = False  # plain ldap:// without StartTLS; tests only
+LDAP_USER_DN_TEMPLATE = "uid={username},ou=people,dc=example,dc=org"
+LDAP_GROUP_BASE = "ou=groups,dc=example,dc=org"
+LDAP_GROUP_FILTER = "(&(objectClass=posixGroup)(memberUid={username}))"
+LDAP_ADMIN_GROUP = "carme-admins"
+LDAP_USER_GROUP: str | None = None  # if set, only members of this group may log in
+LDAP_TIMEOUT_SECONDS = 5
+
+# --- Login protection -------------------------------------------------------
+USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
+LOGIN_MAX_FAILURES = 10
+LOGIN_LOCKOUT_SECONDS = 900
+LOGIN_BACKOFF_BASE_SECONDS = 0.25  # grows with each failure, capped below
+LOGIN_BACKOFF_MAX_SECONDS = 2.0
+LOGIN_MIN_RESPONSE_SECONDS = 0.3  # every failed attempt takes at least this long
+TOTP_ISSUER = "Carme"
+TOTP_VALID_WINDOW = 1  # accept codes from one 30 s step before/after
+LOGIN_PENDING_SECONDS = 300  # time allowed between password and TOTP step
+
+# --- Slurm (slurmrestd v0.0.38, JWT) ---------------------------------------
+SLURMRESTD_URL = "http://127.0.0.1:6820"
+SLURM_JWT_KEY_FILE = "/var/spool/slurmctld/jwt_hs256.key"
+SLURM_JWT_LIFETIME_SECONDS = 600
+SLURM_TIMEOUT_SECONDS = 5.0
+# Identity used for the shared read cache (jobs/nodes/partitions).
+SLURM_SERVICE_USER = "carme-portal"
+# Identity used when an admin stops someone else's session (needs Slurm AdminLevel=Operator).
+SLURM_ADMIN_USER = "carme-portal"
+SLURM_FORBIDDEN_USERS = ("root", "slurm")
+SCHEDULER_CACHE_SECONDS = 2.0
+QUOTA_CACHE_SECONDS = 60.0
+# Optional dotted path "module:callable" returning a webui.scheduler.Scheduler; tests inject fakes.
+SCHEDULER_FACTORY: str | None = None
+# Or a ready object implementing webui.scheduler.Scheduler (test_config only).
+SCHEDULER: object | None = None
+
+# --- Sessions ---------------------------------------------------------------
+CARME_APP_DIRS = ("/etc/carme/apps.d",)  # site app specs, on top of carme_runtime's built-in ones
+SESSION_DEFAULT_PARTITION: str | None = None
+SESSION_DEFAULT_CPUS = 4
+SESSION_DEFAULT_MEM_MB = 16000
+SESSION_MAX_TIME_MINUTES = 24 * 60
+SESSION_WORKDIR_TEMPLATE = "/home/{user}"
+SESSION_QOS: str | None = None
+SESSION_ACCOUNT: str | None = None
+READINESS_TIMEOUT_SECONDS = 1.0
+READINESS_CACHE_SECONDS = 5.0
+# Admins do not get into a user's IDE through the proxy unless this is True.
+PROXY_ADMIN_ACCESS = False
+
+# --- Quota defaults (used until an admin saves a default policy row) -------------
+QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0
+QUOTA_DEFAULT_MAX_GPUS_PER_SESSION = 4
+QUOTA_DEFAULT_MAX_SESSIONS = 2
+QUOTA_DEFAULT_MAX_TIME_MINUTES = 12 * 60

@@ -1,0 +1,294 @@
+"""A small slurmrestd (OpenAPI v0.0.38) client on the standard library.
+
+The portal mints a short-lived HS256 JWT per user from Slurm's ``jwt_key``
+(``AuthAltParameters=jwt_key=...``), so every request reaches slurmctld as
+that user: Slurm itself enforces who may cancel what. No shell, no root.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+
+API = "/slurm/v0.0.38"
+API_DB = "/slurmdb/v0.0.38"
+
+SAFE_USERNAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+DEFAULT_FORBIDDEN = frozenset({"root", "slurm"})
+
+
+class SlurmError(Exception):
+    """Slurm answered but refused or failed the request. ``str()`` is fit for users."""
+
+    def __init__(self, message: str, *, status: int | None = None, errors: list[Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.errors = errors or []
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmrestd or slurmctld cannot be reached right now."""
+
+
+class TokenRefused(ValueError):
+    """The portal will not mint a token for this name."""
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def mint_jwt(
+    key: bytes,
+    username: str,
+    *,
+    lifetime: int = 600,
+    now: int | None = None,
+    forbidden: Iterable[str] = DEFAULT_FORBIDDEN,
+) -> str:
+    """Return an HS256 JWT with Slurm's claims ``sun``, ``iat`` and ``exp``."""
+    if not SAFE_USERNAME.fullmatch(username) or username in set(forbidden) | DEFAULT_FORBIDDEN:
+        raise TokenRefused(f"refusing to mint a Slurm token for {username!r}")
+    if len(key) < 16:
+        raise TokenRefused("the Slurm JWT key is too short")
+    if lifetime <= 0:
+        raise TokenRefused("token lifetime must be positive")
+    iat = int(time.time()) if now is None else now
+    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = {"sun": username, "iat": iat, "exp": iat + lifetime}
+    payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+    signing_input = f"{header}.{payload}".encode("ascii")
+    signature = _b64url(hmac.new(key, signing_input, hashlib.sha256).digest())
+    return f"{header}.{payload}.{signature}"
+
+
+def decode_jwt(key: bytes, token: str) -> dict[str, Any]:
+    """Verify the signature and return the claims (used by tests and the CLI)."""
+    try:
+        header, payload, signature = token.split(".")
+    except ValueError as exc:
+        raise ValueError("malformed token") from exc
+    expected = _b64url(hmac.new(key, f"{header}.{payload}".encode("ascii"), hashlib.sha256).digest())
+    if not hmac.compare_digest(expected, signature):
+        raise ValueError("bad signature")
+    padded = payload + "=" * (-len(payload) % 4)
+    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(padded))
+    return claims
+
+
+class TokenSource:
+    """Mints and caches per-user tokens; re-reads the key file when it changes."""
+
+    def __init__(self, key_file: str, *, lifetime: int = 600, forbidden: Iterable[str] = DEFAULT_FORBIDDEN):
+        self.key_file = key_file
+        self.lifetime = lifetime
+        self.forbidden = frozenset(forbidden) | DEFAULT_FORBIDDEN
+        self._lock = threading.Lock()
+        self._key: bytes | None = None
+        self._key_mtime: float | None = None
+        self._tokens: dict[str, tuple[str, float]] = {}
+
+    def _read_key(self) -> bytes:
+        try:
+            mtime = os.stat(self.key_file).st_mtime
+            if self._key is None or mtime != self._key_mtime:
+                with open(self.key_file, "rb") as fh:
+                    self._key = fh.read()
+                self._key_mtime = mtime
+                self._tokens.clear()
+        except OSError as exc:
+            raise SlurmUnavailable(
+                "The portal cannot read the Slurm JWT key; ask an administrator to check its permissions."
+            ) from exc
+        return self._key
+
+    def token(self, username: str) -> str:
+        with self._lock:
+            key = self._read_key()
+            now = time.time()
+            cached = self._tokens.get(username)
+            if cached and cached[1] - now > self.lifetime / 2:
+                return cached[0]
+            token = mint_jwt(key, username, lifetime=self.lifetime, now=int(now), forbidden=self.forbidden)
+            self._tokens[username] = (token, now + self.lifetime)
+            return token
+
+
+def _error_text(errors: list[Any]) -> str:
+    parts = []
+    for err in errors:
+        if isinstance(err, Mapping):
+            text = str(err.get("error") or err.get("description") or "")
+            code = err.get("error_number", err.get("error_code"))
+            parts.append(f"{text} (code {code})" if code not in (None, 0) else text)
+        else:
+            parts.append(str(err))
+    return "; ".join(p for p in parts if p) or "unknown error"
+
+
+class SlurmClient:
+    """One slurmrestd endpoint. Each call names the Slurm user it acts as."""
+
+    def __init__(self, base_url: str, tokens: TokenSource, *, timeout: float = 5.0):
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"SLURMRESTD_URL must be http(s)://host:port, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.tokens = tokens
+        self.timeout = timeout
+        self.queries = 0  # requests issued, for the benchmark
+        self._count_lock = threading.Lock()
+
+    def request(
+        self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        try:
+            token = self.tokens.token(user)
+        except TokenRefused as exc:
+            raise SlurmError(str(exc)) from exc
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("X-SLURM-USER-NAME", user)
+        req.add_header("X-SLURM-USER-TOKEN", token)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        with self._count_lock:
+            self.queries += 1
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            status = exc.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SlurmUnavailable(f"The scheduler is not reachable right now ({reason}).") from exc
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        errors = [e for e in doc.get("errors") or [] if e]
+        if status in (401, 403):
+            raise SlurmError(
+                "Slurm refused the portal's credentials for this action.", status=status, errors=errors
+            )
+        if status >= 500 and not errors:
+            raise SlurmUnavailable(
+                f"The scheduler answered with HTTP {status}; try again shortly.", status=status
+            )
+        if status >= 400 or errors:
+            raise SlurmError(f"Slurm reported: {_error_text(errors)}", status=status, errors=errors)
+        return doc
+
+    # --- endpoints --------------------------------------------------------
+    def ping(self, user: str) -> dict[str, Any]:
+        return self.request("GET", f"{API}/ping", user)
+
+    def jobs(self, user: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"{API}/jobs", user).get("jobs") or [])
+
+    def nodes(self, user: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"{API}/nodes", user).get("nodes") or [])
+
+    def partitions(self, user: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"{API}/partitions", user).get("partitions") or [])
+
+    def submit(self, user: str, payload: Mapping[str, Any]) -> int:
+        doc = self.request("POST", f"{API}/job/submit", user, payload)
+        job_id = doc.get("job_id")
+        if not isinstance(job_id, int):
+            raise SlurmError("Slurm accepted the request but returned no job id.")
+        return job_id
+
+    def cancel(self, user: str, job_id: int) -> None:
+        self.request("DELETE", f"{API}/job/{int(job_id)}", user)
+
+    def accounting_jobs(self, user: str, since: int) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode({"users": user, "start_time": str(since)})
+        return list(self.request("GET", f"{API_DB}/jobs?{query}", user).get("jobs") or [])
+
+
+# --- parsing helpers ------------------------------------------------------
+
+_HOSTLIST = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)")
+
+
+def expand_hostlist(expr: str | None) -> list[str]:
+    """Expand a Slurm hostlist such as ``gpu[01-03,07],cpu1`` (one bracket level)."""
+    if not expr or expr in ("(null)", "None assigned"):
+        return []
+    hosts: list[str] = []
+    pos = 0
+    while pos < len(expr):
+        m = _HOSTLIST.match(expr, pos)
+        if not m:
+            break
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            hosts.append(prefix + suffix)
+        else:
+            for part in ranges.split(","):
+                lo, _, hi = part.partition("-")
+                if hi:
+                    width = len(lo)
+                    hosts.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+                else:
+                    hosts.append(prefix + lo + suffix)
+        pos = m.end()
+        if pos < len(expr) and expr[pos] == ",":
+            pos += 1
+    return hosts
+
+
+_GPU_SPEC = re.compile(r"(?:^|[,;])(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?(?::(\d+))?(?=\(|,|;|$)")
+
+
+def count_gpus(gres: str | None) -> int:
+    """Count GPUs in ``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1`` or ``gres/gpu=2`` strings."""
+    if not gres:
+        return 0
+    total = 0
+    for m in re.finditer(r"gres/gpu(?::[A-Za-z0-9_.-]+)?=(\d+)", gres):
+        # TRES strings list gres/gpu and gres/gpu:<type> both; count only untyped ones.
+        if ":" not in m.group(0).split("=")[0]:
+            total += int(m.group(1))
+    if total or "gres/gpu" in gres:
+        return total
+    for m in _GPU_SPEC.finditer(gres):
+        type_or_count, count = m.group(1), m.group(2)
+        if count is not None:
+            total += int(count)
+        elif type_or_count is not None and type_or_count.isdigit():
+            total += int(type_or_count)
+        else:
+            total += 1
+    return total
+
+
+def make_client(config: Mapping[str, Any]) -> SlurmClient:
+    tokens = TokenSource(
+        str(config["SLURM_JWT_KEY_FILE"]),
+        lifetime=int(config["SLURM_JWT_LIFETIME_SECONDS"]),
+        forbidden=tuple(config["SLURM_FORBIDDEN_USERS"]),
+    )
+    return SlurmClient(str(config["SLURMRESTD_URL"]), tokens, timeout=float(config["SLURM_TIMEOUT_SECONDS"]))
+
+
+Clock = Callable[[], float]
