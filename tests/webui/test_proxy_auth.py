@@ -1,0 +1,100 @@
+"""nginx auth_request endpoint: only the owner of a running, ready session gets through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from .conftest import FakeScheduler
+from .conftest import add_session
+from .conftest import log_in_as
+
+
+def auth(client: Any, uri: str) -> Any:
+    return client.get("/api/proxy-auth", headers={"X-Original-URI": uri})
+
+
+def test_logged_out_is_401(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    resp = auth(client, f"/proxy/{job_id}/lab")
+    assert resp.status_code == 401
+    assert "X-Carme-Upstream" not in resp.headers and "X-Carme-Secret" not in resp.headers
+
+
+def test_owner_gets_upstream_and_secret(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    resp = auth(client, f"/proxy/{job_id}/api/kernels/abc/channels?session_id=1")
+    assert resp.status_code == 200
+    assert resp.headers["X-Carme-Upstream"] == "10.0.0.11:41234"
+    secret = resp.headers["X-Carme-Secret"]
+    assert secret.startswith("secret-alice-")
+    assert resp.headers["X-Carme-Authorization"] == f"token {secret}"  # jupyterlab's secret_header
+
+
+def test_bob_is_403_on_alices_job(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "bob")
+    resp = auth(client, f"/proxy/{job_id}/lab")
+    assert resp.status_code == 403
+    assert "X-Carme-Secret" not in resp.headers
+
+
+def test_admins_do_not_get_into_user_ides_by_default(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "carol", admin=True)
+    assert auth(client, f"/proxy/{job_id}/lab").status_code == 403
+
+
+def test_unknown_job_is_404(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    assert auth(client, "/proxy/999999/lab").status_code == 404
+    assert auth(client, "/not-proxy/1/").status_code == 404
+    assert auth(client, "").status_code == 404
+
+
+def test_dot_segments_are_refused(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    mine = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    assert auth(client, f"/proxy/{mine}/../{mine + 1}/lab").status_code == 404
+    assert auth(client, f"/proxy/{mine}/%2e%2e/x").status_code == 404
+
+
+def test_not_running_or_not_ready_is_404(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    pending = add_session(app, fake_scheduler, "alice", running=False)
+    starting = add_session(app, fake_scheduler, "alice", ready=False)
+    log_in_as(app, client, "alice")
+    assert auth(client, f"/proxy/{pending}/").status_code == 404
+    assert auth(client, f"/proxy/{starting}/").status_code == 404
+
+
+def test_comment_pointing_outside_the_job_nodes_is_refused(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    """The comment is user-editable (scontrol update); it must not turn the proxy into an SSRF tool."""
+    job_id = add_session(app, fake_scheduler, "alice")
+    fake_scheduler.run(job_id, host="10.0.0.99", port=6820)
+    log_in_as(app, client, "alice")
+    assert auth(client, f"/proxy/{job_id}/").status_code == 404
+    fake_scheduler.run(job_id, host="gpu01", port=41234)  # the node name is fine too
+    assert auth(client, f"/proxy/{job_id}/").headers["X-Carme-Upstream"] == "gpu01:41234"
+
+
+def test_recycled_job_id_of_another_user_is_refused(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    job = fake_scheduler.jobs[job_id]
+    fake_scheduler.jobs[job_id] = type(job)(**{**job.__dict__, "user": "mallory"})
+    log_in_as(app, client, "alice")
+    assert auth(client, f"/proxy/{job_id}/").status_code == 404
+
+
+def test_scheduler_outage_keeps_nothing_open(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    fake_scheduler.error = "connection refused"
+    log_in_as(app, client, "alice")
+    assert auth(client, f"/proxy/{job_id}/").status_code == 503

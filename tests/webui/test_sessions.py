@@ -1,0 +1,179 @@
+"""Start/stop/connect: server-side limits, ownership, Slurm as source of truth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from webui.extensions import db
+from webui.models import AuditLog
+from webui.models import PortalSession
+
+from .conftest import FakeScheduler
+from .conftest import add_session
+from .conftest import log_in_as
+from .conftest import post
+
+GOOD = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
+
+
+def test_start_form_shows_limits_from_gres(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    page = client.get("/sessions/new").get_data(as_text=True)
+    assert 'max="2"' in page  # gpu01 has gpu:2, below the default policy of 4
+    assert "jupyterlab" in page and "pytorch" in page
+
+
+def test_gpu_count_above_the_node_gres_is_400_naming_the_field(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    log_in_as(app, client, "alice")
+    resp = post(client, "/sessions/new", {**GOOD, "gpus": "5"})
+    assert resp.status_code == 400
+    assert "gpus: must be between 0 and 2" in resp.get_data(as_text=True)
+    assert fake_scheduler.submitted == []
+
+
+def test_negative_and_non_numeric_gpus_are_400(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    for bad in ("-1", "1.5", "two", "1; rm -rf /"):
+        resp = post(client, "/sessions/new", {**GOOD, "gpus": bad})
+        assert resp.status_code == 400, bad
+        assert "gpus" in resp.get_data(as_text=True)
+
+
+def test_time_above_the_partition_limit_is_400(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    resp = post(client, "/sessions/new", {**GOOD, "time_minutes": "481"})
+    assert resp.status_code == 400
+    assert "time_minutes: must be between 1 and 480" in resp.get_data(as_text=True)
+
+
+def test_values_not_offered_by_the_form_are_400(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    for field, value in (("app", "$(id)"), ("image", "../../etc/shadow"), ("partition", "admin';--")):
+        resp = post(client, "/sessions/new", {**GOOD, field: value})
+        assert resp.status_code == 400, field
+        assert f"{field}: is not one of the offered choices" in resp.get_data(as_text=True)
+
+
+def test_app_not_allowed_with_the_image_is_400(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    resp = post(client, "/sessions/new", {**GOOD, "app": "tensorboard"})
+    assert resp.status_code == 400
+    assert "app:" in resp.get_data(as_text=True)
+
+
+def test_start_submits_as_the_user_with_a_fresh_secret(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    log_in_as(app, client, "alice")
+    resp = post(client, "/sessions/new", GOOD)
+    assert resp.status_code == 302
+    spec, secret, payload = fake_scheduler.submitted[0]
+    assert spec.user == "alice" and spec.gpus == 1 and spec.runtime == "apptainer"
+    job = payload["job"]
+    assert job["environment"]["CARME_SESSION_SECRET"] == secret
+    assert job["gres"] == "gpu:1" and job["time_limit"] == 60 and job["partition"] == "gpu"
+    assert secret not in payload["script"] and secret not in job["comment"]
+    with app.app_context():
+        record = db.session.query(PortalSession).one()
+        assert (record.owner, record.secret, record.app) == ("alice", secret, "jupyterlab")
+        assert len(secret) >= 40
+        assert db.session.query(AuditLog).filter_by(action="session.start").count() == 1
+
+
+def test_session_limit_per_user(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    log_in_as(app, client, "alice")
+    assert post(client, "/sessions/new", GOOD).status_code == 302
+    assert post(client, "/sessions/new", GOOD).status_code == 302
+    resp = post(client, "/sessions/new", GOOD)  # default policy: 2 sessions
+    assert resp.status_code == 400
+    assert "limit is 2" in resp.get_data(as_text=True)
+
+
+def test_connect_only_when_ready_and_answering(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice", running=False)
+    log_in_as(app, client, "alice")
+    assert "Connect</a>" not in client.get("/").get_data(as_text=True)  # pending
+    fake_scheduler.run(job_id, ready=False)
+    assert "Connect</a>" not in client.get("/").get_data(as_text=True)  # running, app not ready
+    fake_scheduler.run(job_id, ready=True)
+    fake_scheduler.app_up = False
+    assert "Connect</a>" not in client.get("/").get_data(as_text=True)  # claims ready, does not answer
+    fake_scheduler.app_up = True
+    page = client.get("/").get_data(as_text=True)
+    assert "Connect</a>" in page
+    resp = client.get(f"/sessions/{job_id}/connect")
+    assert resp.status_code == 302 and resp.headers["Location"] == f"/proxy/{job_id}/"
+
+
+def test_owner_stops_own_session(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    assert post(client, f"/sessions/{job_id}/stop").status_code == 302
+    assert fake_scheduler.cancelled == [(job_id, "alice")]
+
+
+def test_bob_gets_403_stopping_alices_session(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "bob")
+    assert post(client, f"/sessions/{job_id}/stop").status_code == 403
+    token = client.get("/api/csrf-token").get_json()["csrf_token"]
+    headers = {"Referer": "https://localhost/", "X-CSRFToken": token}
+    assert client.post(f"/api/sessions/{job_id}/stop", headers=headers).status_code == 403
+    assert client.delete(f"/api/sessions/{job_id}", headers=headers).status_code == 403
+    assert fake_scheduler.cancelled == []
+    assert job_id in fake_scheduler.jobs
+
+
+def test_bob_does_not_see_alices_sessions(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "bob")
+    assert client.get("/api/sessions").get_json()["sessions"] == []
+    assert f'data-job="{job_id}"' not in client.get("/").get_data(as_text=True)
+    assert client.get(f"/sessions/{job_id}/connect").status_code == 403
+
+
+def test_admin_stops_any_session_as_the_slurm_admin_identity(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "carol", admin=True)
+    assert post(client, f"/admin/sessions/{job_id}/stop").status_code == 302
+    assert fake_scheduler.cancelled == [(job_id, "carme-portal")]
+    with app.app_context():
+        entry = db.session.query(AuditLog).filter_by(action="admin.session.stop").one()
+        assert (entry.actor, entry.target, entry.details["owner"]) == ("carol", str(job_id), "alice")
+
+
+def test_stop_unknown_session_is_404(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    assert post(client, "/sessions/424242/stop").status_code == 404
+    assert post(client, "/sessions/not-a-number/stop").status_code == 400
+
+
+def test_api_lists_and_starts(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    log_in_as(app, client, "alice")
+    token = client.get("/api/csrf-token").get_json()["csrf_token"]
+    headers = {"Referer": "https://localhost/", "X-CSRFToken": token}
+    resp = client.post("/api/sessions", json={**GOOD, "gpus": 1, "time_minutes": 30}, headers=headers)
+    assert resp.status_code == 201
+    job_id = resp.get_json()["job_id"]
+    fake_scheduler.run(job_id)
+    sessions = client.get("/api/sessions").get_json()["sessions"]
+    assert [(s["job_id"], s["state"], s["ready"]) for s in sessions] == [(job_id, "RUNNING", True)]
+    bad = client.post("/api/sessions", json={**GOOD, "gpus": 9}, headers=headers)
+    assert bad.status_code == 400 and "gpus" in bad.get_json()["error"]
+
+
+def test_ended_jobs_leave_the_dashboard(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    del fake_scheduler.jobs[job_id]  # gone from slurmctld: Slurm is the source of truth
+    assert client.get("/api/sessions").get_json()["sessions"] == []
+    with app.app_context():
+        assert db.session.query(PortalSession).one().ended_at is not None

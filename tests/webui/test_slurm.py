@@ -1,0 +1,311 @@
+"""slurmrestd client: JWT minting, error mapping, the shared cache, and the outage banner.
+
+Real conditions only: a closed 127.0.0.1 port for "slurmctld/slurmrestd down", and a
+small HTTP server on 127.0.0.1 answering like slurmrestd v0.0.38 (checking the JWT)
+until tests/fixtures/hostslurm.py provides the real daemons.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from typing import ClassVar
+
+import pytest
+from flask import Flask
+
+from webui.scheduler import ClusterState
+from webui.scheduler import SlurmScheduler
+from webui.scheduler import StateCache
+from webui.scheduler import parse_job
+from webui.scheduler import parse_node
+from webui.slurm import SlurmClient
+from webui.slurm import SlurmError
+from webui.slurm import SlurmUnavailable
+from webui.slurm import TokenRefused
+from webui.slurm import TokenSource
+from webui.slurm import count_gpus
+from webui.slurm import decode_jwt
+from webui.slurm import expand_hostlist
+from webui.slurm import mint_jwt
+
+from .conftest import closed_port
+from .conftest import log_in_as
+from .conftest import make_app
+from .conftest import post
+
+KEY = b"k" * 32
+
+
+# --- JWT -----------------------------------------------------------------------------
+
+
+def test_jwt_has_slurm_claims_and_verifies() -> None:
+    token = mint_jwt(KEY, "alice", lifetime=300, now=1_700_000_000)
+    header, _, _ = token.split(".")
+    assert decode_jwt(KEY, token) == {"sun": "alice", "iat": 1_700_000_000, "exp": 1_700_000_300}
+    assert json.loads(__import__("base64").urlsafe_b64decode(header + "==")) == {"alg": "HS256", "typ": "JWT"}
+    with pytest.raises(ValueError, match="signature"):
+        decode_jwt(b"x" * 32, token)
+
+
+@pytest.mark.parametrize(
+    "name", ["root", "slurm", "Alice", "al ice", "alice;id", "$(id)", "", "a" * 40, "-x"]
+)
+def test_jwt_refused_for_privileged_or_unsafe_names(name: str) -> None:
+    with pytest.raises(TokenRefused):
+        mint_jwt(KEY, name)
+
+
+def test_jwt_refused_for_extra_forbidden_names_and_short_keys() -> None:
+    with pytest.raises(TokenRefused):
+        mint_jwt(KEY, "admin", forbidden={"admin"})
+    with pytest.raises(TokenRefused):
+        mint_jwt(b"short", "alice")
+
+
+def test_token_source_reads_key_file_and_caches(tmp_path: Path) -> None:
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    source = TokenSource(str(key), lifetime=600)
+    first = source.token("alice")
+    assert source.token("alice") == first
+    assert decode_jwt(KEY, first)["sun"] == "alice"
+    with pytest.raises(SlurmUnavailable, match="JWT key"):
+        TokenSource(str(tmp_path / "missing.key")).token("alice")
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+def test_hostlist_and_gres_parsing() -> None:
+    assert expand_hostlist("gpu[01-03,07],cpu1") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]
+    assert expand_hostlist("") == []
+    assert count_gpus("gpu:4") == 4
+    assert count_gpus("gpu:a100:2(S:0-1)") == 2
+    assert count_gpus("gpu:1(IDX:0)") == 1
+    assert count_gpus("gpu:0(IDX:N/A)") == 0
+    assert count_gpus("cpu=1,mem=100M,node=1,billing=1,gres/gpu=2,gres/gpu:a100=2") == 2
+    assert count_gpus("gres:gpu:3") == 3
+    assert count_gpus("(null)") == 0
+
+
+def test_job_and_node_records() -> None:
+    job = parse_job(
+        {
+            "job_id": 7,
+            "user_name": "alice",
+            "job_state": "RUNNING",
+            "partition": "gpu",
+            "nodes": "vm",
+            "tres_alloc_str": "cpu=1,gres/gpu=1",
+            "comment": "carme:v1;app=jupyterlab;host=vm;port=40000;state=ready",
+            "time_limit": 60,
+            "start_time": 100,
+        }
+    )
+    assert (job.gpus, job.nodes, job.seconds_left(160)) == (1, ("vm",), 3540)
+    endpoint = job.endpoint()
+    assert endpoint is not None and (endpoint.host, endpoint.port, endpoint.state) == ("vm", 40000, "ready")
+    assert parse_job({"job_id": 8, "comment": "carme:v1;host=vm;port=22;state=ready"}).endpoint() is None
+    node = parse_node({"name": "vm", "state": "mixed", "gres": "gpu:4", "gres_used": "gpu:1(IDX:0)"})
+    assert (node.gpus_total, node.gpus_used, node.usable) == (4, 1, True)
+
+
+# --- errors on real sockets ---------------------------------------------------------------
+
+
+def client_for(port: int, tmp_path: Path) -> SlurmClient:
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    return SlurmClient(f"http://127.0.0.1:{port}", TokenSource(str(key)), timeout=2)
+
+
+def test_connection_refused_is_slurm_unavailable(tmp_path: Path) -> None:
+    client = client_for(closed_port(), tmp_path)
+    with pytest.raises(SlurmUnavailable, match="not reachable"):
+        client.jobs("alice")
+    assert client.queries == 1
+
+
+class FakeSlurmrestd(BaseHTTPRequestHandler):
+    """Answers like slurmrestd v0.0.38 and checks the JWT like auth/jwt would."""
+
+    jobs: ClassVar[list[dict[str, Any]]] = []
+    hits: ClassVar[list[tuple[str, str, str]]] = []
+    status_override: ClassVar[int | None] = None
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self) -> None:
+        user = self.headers.get("X-SLURM-USER-NAME", "")
+        token = self.headers.get("X-SLURM-USER-TOKEN", "")
+        self.hits.append((self.command, self.path, user))
+        try:
+            claims = decode_jwt(KEY, token)
+        except ValueError:
+            self._send(401, {"errors": [{"error": "Authentication failure"}]})
+            return
+        if claims["sun"] != user:
+            self._send(401, {"errors": [{"error": "Authentication failure"}]})
+            return
+        if self.status_override:
+            self._send(self.status_override, {})
+            return
+        if self.path == "/slurm/v0.0.38/jobs":
+            self._send(200, {"jobs": self.jobs, "errors": []})
+        elif self.path == "/slurm/v0.0.38/nodes":
+            nodes = [
+                {
+                    "name": "vm",
+                    "state": "idle",
+                    "gres": "gpu:4",
+                    "gres_used": "gpu:0",
+                    "partitions": ["debug"],
+                }
+            ]
+            self._send(200, {"nodes": nodes, "errors": []})
+        elif self.path == "/slurm/v0.0.38/partitions":
+            parts = [
+                {
+                    "name": "debug",
+                    "nodes": "vm",
+                    "max_time_limit": 4294967295,
+                    "state": "UP",
+                    "flags": ["DEFAULT"],
+                }
+            ]
+            self._send(200, {"partitions": parts, "errors": []})
+        elif self.path.startswith("/slurm/v0.0.38/job/") and self.command == "DELETE":
+            self._send(500, {"errors": [{"error": "Access/permission denied", "error_number": 2002}]})
+        else:
+            self._send(404, {"errors": [{"error": "Unable to find requested URL"}]})
+
+    do_GET = _handle
+    do_DELETE = _handle
+    do_POST = _handle
+
+
+@pytest.fixture
+def restd() -> Iterator[ThreadingHTTPServer]:
+    FakeSlurmrestd.hits = []
+    FakeSlurmrestd.status_override = None
+    FakeSlurmrestd.jobs = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSlurmrestd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_errors_array_and_http_statuses_become_messages(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
+    client = client_for(restd.server_address[1], tmp_path)
+    assert client.nodes("carme-portal")[0]["name"] == "vm"
+    assert FakeSlurmrestd.hits[-1] == ("GET", "/slurm/v0.0.38/nodes", "carme-portal")
+    with pytest.raises(SlurmError, match="Access/permission denied") as err:
+        client.cancel("bob", 12)
+    assert not isinstance(err.value, SlurmUnavailable)
+    FakeSlurmrestd.status_override = 503
+    with pytest.raises(SlurmUnavailable, match="HTTP 503"):
+        client.jobs("alice")
+    with pytest.raises(SlurmError, match="refusing to mint"):
+        client.jobs("root")
+
+
+def test_cache_is_shared_and_single_flight(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
+    sched = SlurmScheduler(
+        client_for(restd.server_address[1], tmp_path),
+        service_user="carme-portal",
+        cache_seconds=3600,
+        quota_cache_seconds=60,
+        app_dirs=(),
+    )
+    states: list[ClusterState] = []
+    threads = [threading.Thread(target=lambda: states.append(sched.state())) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(states) == 20 and all(s is states[0] for s in states)
+    assert sched.queries_issued() == 3  # jobs + nodes + partitions, once for all 20 requests
+    assert states[0].partitions[0].max_time_minutes is None  # INFINITE
+
+
+def test_failed_refresh_keeps_last_data_and_recovers() -> None:
+    calls = {"n": 0}
+    outage = {"on": False}
+    now = {"t": 0.0}
+
+    def fetch() -> ClusterState:
+        calls["n"] += 1
+        if outage["on"]:
+            raise SlurmUnavailable("The scheduler is not reachable right now (refused).")
+        return ClusterState(fetched_at=float(calls["n"]))
+
+    cache = StateCache(fetch, ttl=2.0, clock=lambda: now["t"])
+    assert cache.get().error is None
+    outage["on"] = True
+    now["t"] = 5.0
+    failed = cache.get()
+    assert failed.error and failed.fetched_at == 1.0  # last good data kept, flagged
+    assert cache.get() is failed and calls["n"] == 2  # the failure is cached too: no query storm
+    outage["on"] = False
+    now["t"] = 10.0
+    assert cache.get().error is None
+
+
+# --- the banner with a real closed port -------------------------------------------------------
+
+
+def test_dashboard_shows_banner_when_slurm_is_down(base_config: dict[str, Any]) -> None:
+    app = make_app(base_config)  # real SlurmScheduler, SLURMRESTD_URL on a closed 127.0.0.1 port
+    client = app.test_client()
+    log_in_as(app, client, "alice")
+    resp = client.get("/")
+    assert resp.status_code == 200
+    page = resp.get_data(as_text=True)
+    assert "The scheduler is not reachable right now" in page
+    api = client.get("/api/sessions")
+    assert api.status_code == 200 and "not reachable" in api.get_json()["scheduler_error"]
+    form = {"app": "jupyterlab", "image": "pytorch", "gpus": "0", "time_minutes": "10"}
+    start = post(client, "/sessions/new", form)
+    assert start.status_code == 503 and "not reachable" in start.get_data(as_text=True)
+    assert client.get("/sessions/new").status_code == 200
+    assert client.get("/api/health").get_json()["scheduler"] == "unavailable"
+
+
+def test_dashboard_recovers_when_slurm_comes_back(base_config: dict[str, Any]) -> None:
+    port = closed_port()
+    app: Flask = make_app(
+        {**base_config, "SLURMRESTD_URL": f"http://127.0.0.1:{port}", "SCHEDULER_CACHE_SECONDS": 0}
+    )
+    client = app.test_client()
+    log_in_as(app, client, "alice")
+    assert "not reachable" in client.get("/").get_data(as_text=True)
+    server = ThreadingHTTPServer(("127.0.0.1", port), FakeSlurmrestd)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        page = client.get("/").get_data(as_text=True)
+        assert "not reachable" not in page
+        assert "<td>vm</td>" in page
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
