@@ -190,6 +190,45 @@ def should_kill_leftovers(
     return True, f"no other job of {ctx.user} on {node}"
 
 
+def clean_leftovers(
+    ctx: JobContext, min_uid: int, runner: Runner, kill: Callable[[int, int], None], proc_root: str
+) -> str:
+    """Kill the job user's processes left on this node when they have no other job here.
+
+    The cheap local check comes first: when the user has no process left (the usual case with
+    ``proctrack/cgroup``), slurmctld is not asked at all. Otherwise ``squeue`` decides, and ``/proc``
+    is scanned again right before killing so a PID that ended meanwhile is not reused by mistake.
+    """
+    if ctx.uid < min_uid:
+        return f"kept (uid {ctx.uid} < min_uid {min_uid})"
+    me = frozenset({os.getpid()})
+    if not user_pids(ctx.uid, proc_root, exclude=me):
+        return "none"
+    node = ctx.node
+    if not node:
+        import socket
+
+        node = socket.gethostname().split(".")[0]
+    from carme_runtime.slurm import squeue_node_user_argv
+
+    rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
+    do_kill, why = should_kill_leftovers(ctx, rc, out, node, min_uid)
+    if not do_kill:
+        return f"kept ({why})"
+    import signal
+
+    killed = 0
+    for pid in user_pids(ctx.uid, proc_root, exclude=me):
+        try:
+            kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            continue
+        except OSError as exc:
+            why += f"; kill {pid}: {exc.strerror}"
+    return f"killed {killed} ({why})"
+
+
 # --- the hooks -----------------------------------------------------------------------------------------
 
 
@@ -286,31 +325,6 @@ def run_epilog(
     scratch = execute_scratch_plan(plan)
     leftovers = "disabled"
     if cfg.kill_leftovers:
-        import socket
-
-        node = ctx.node or socket.gethostname().split(".")[0]
-        from carme_runtime.slurm import squeue_node_user_argv
-
-        if ctx.uid < cfg.min_uid:
-            rc, out = 0, ""
-        else:
-            rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
-        do_kill, why = should_kill_leftovers(ctx, rc, out, node, cfg.min_uid)
-        if do_kill:
-            import signal
-
-            pids = user_pids(ctx.uid, proc_root, exclude=frozenset({os.getpid()}))
-            killed = 0
-            for pid in pids:
-                try:
-                    kill(pid, signal.SIGKILL)
-                    killed += 1
-                except ProcessLookupError:
-                    continue
-                except OSError as exc:
-                    why += f"; kill {pid}: {exc.strerror}"
-            leftovers = f"killed {killed} ({why})"
-        else:
-            leftovers = f"kept ({why})"
+        leftovers = clean_leftovers(ctx, cfg.min_uid, runner, kill, proc_root)
     write_log(log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}")
     return ExitCode.OK

@@ -258,3 +258,26 @@ def test_epilog_never_kills_system_uids(hook_env: dict[str, str], tmp_path: Path
 
 def test_user_pids_reads_real_proc() -> None:
     assert os.getpid() in hooks.user_pids(os.getuid())
+
+
+def test_epilog_without_leftovers_does_not_ask_slurm(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
+) -> None:
+    proc = fake_proc(tmp_path / "proc", {100: 1002})  # only another user's process
+    killed: list[tuple[int, int]] = []
+    assert (
+        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    )
+    assert fake_runner.calls == [] and killed == []
+    assert "leftovers=none" in log_text(hook_env, "41")
+
+
+def test_epilog_without_node_name_uses_hostname(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
+) -> None:
+    del hook_env["SLURMD_NODENAME"]
+    proc = fake_proc(tmp_path / "proc", {100: 1001})
+    fake_runner.answers["squeue"] = (0, squeue_json([]), "")
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: None, proc_root=proc) == 0
+    assert fake_runner.calls[0][:3] == ["squeue", "--json", "-w"]
+    assert fake_runner.calls[0][3]
