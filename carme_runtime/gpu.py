@@ -216,12 +216,6 @@ class DeviceCheck:
         return f"DeviceCheck({self.verdict!r}, {self.reason!r}, allowed={self.allowed})"
 
 
-def _minor_range(minor: str) -> range | None:
-    if minor == "*":
-        return None
-    return range(int(minor), int(minor) + 1)
-
-
 def check_devices_list(
     text: str, allocated: tuple[int, ...], all_gpus: Iterable[int] | None = None
 ) -> DeviceCheck:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
             self, argv: Sequence[str], *, input_text: str | None = None, env: Mapping[str, str] | None = None
         ) -> tuple[int, str, str]: ...
 
+
 #: returned as the return code when the program does not exist (like a shell's 127)
 RC_NOT_FOUND = 127
 #: returned when the program ran past its timeout (like timeout(1))
