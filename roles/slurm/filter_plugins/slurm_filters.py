@@ -1,0 +1,114 @@
+"""Jinja2 filters for the slurm role: hostlist compression and config dictionary rendering."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_NAME_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
+
+
+def hostlist(names: Iterable[str]) -> str:
+    """Compress host names into Slurm hostlist syntax: node001..node128 -> node[001-128].
+
+    Names sharing a prefix, suffix and number width are folded into ranges; the output is sorted and stable,
+    so the rendered file only changes when the set of hosts changes.
+    """
+    buckets: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+    plain: set[str] = set()
+    for name in names:
+        name = str(name)
+        m = _NAME_RE.match(name)
+        if not m:
+            plain.add(name)
+            continue
+        num = m.group("num")
+        buckets[(m.group("prefix"), m.group("suffix"), len(num))].add(int(num))
+    parts: list[str] = sorted(plain)
+    for (prefix, suffix, width), nums in sorted(buckets.items()):
+        ordered = sorted(nums)
+        if len(ordered) == 1:
+            parts.append(f"{prefix}{ordered[0]:0{width}d}{suffix}")
+            continue
+        ranges: list[str] = []
+        start = prev = ordered[0]
+        for n in [*ordered[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
+    return ",".join(parts)
+
+
+def slurm_value(value: Any) -> str:
+    """Render one slurm.conf value: booleans as YES/NO, lists joined with commas."""
+    if value is True:
+        return "YES"
+    if value is False:
+        return "NO"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def slurm_merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any], omit_token: str) -> dict[str, Any]:
+    """Merge a user dictionary over the defaults; a value equal to Ansible's omit token (or None) removes the key."""
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        if value is None or (isinstance(value, str) and value == omit_token):
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return {k: v for k, v in merged.items() if not (isinstance(v, str) and v == omit_token) and v is not None}
+
+
+def slurm_node_group_errors(groups: Any, all_hosts: Iterable[str]) -> list[str]:
+    """Checks on slurm_node_groups that an argument spec cannot express. Returns messages naming the variable."""
+    errors: list[str] = []
+    if not isinstance(groups, list):
+        return [f"slurm_node_groups must be a list, got {type(groups).__name__}"]
+    known = set(all_hosts)
+    seen_names: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for i, group in enumerate(groups):
+        where = f"slurm_node_groups[{i}]"
+        if not isinstance(group, Mapping):
+            errors.append(f"{where} must be a mapping")
+            continue
+        name = group.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name or ""):
+            errors.append(f"{where}.name is missing or not a valid name (letters, digits, underscore): {name!r}")
+            name = f"#{i}"
+        elif name in seen_names:
+            errors.append(f"{where}.name {name!r} is used twice (also slurm_node_groups[{seen_names[name]}])")
+        else:
+            seen_names[name] = i
+        gpus = group.get("gpus", 0)
+        if isinstance(gpus, bool) or not (isinstance(gpus, int) or (isinstance(gpus, str) and gpus.isdigit())):
+            errors.append(f"{where}.gpus must be a non-negative integer, got {gpus!r}")
+        hosts = group.get("hosts")
+        if not isinstance(hosts, list) or not hosts:
+            errors.append(f"{where}.hosts must be a non-empty list of inventory hosts")
+            continue
+        for host in hosts:
+            if host not in known:
+                errors.append(f"{where}.hosts: {host!r} is not in the inventory")
+            if host in owner and owner[host] != name:
+                errors.append(f"{where}.hosts: {host!r} is already in node group {owner[host]!r}; a host belongs to one group")
+            owner.setdefault(host, str(name))
+    return errors
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "slurm_hostlist": hostlist,
+            "slurm_value": slurm_value,
+            "slurm_merge": slurm_merge,
+            "slurm_node_group_errors": slurm_node_group_errors,
+        }

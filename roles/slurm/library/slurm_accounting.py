@@ -1,0 +1,260 @@
+#!/usr/bin/python
+"""Apply Slurm accounting objects (cluster, QOS, accounts, users) declaratively with sacctmgr.
+
+Every sacctmgr call is an argv list: no value from the inventory ever reaches a shell.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: slurm_accounting
+short_description: Declare the Slurm cluster, QOS, accounts and user associations
+description:
+  - Reads the current state with C(sacctmgr -n -P show ...), computes the difference and applies it.
+  - Supports check mode and diff mode.
+options:
+  cluster: {description: ClusterName, type: str, required: true}
+  qos: {description: "QOS list: name plus sacctmgr fields", type: list, elements: dict, default: []}
+  accounts: {description: "Accounts: name, description, organization, parent, qos, default_qos", type: list, elements: dict, default: []}
+  users: {description: "Users: name, account, qos, default_qos, admin", type: list, elements: dict, default: []}
+  purge_users: {description: Delete associations of users not listed (root is never touched), type: bool, default: false}
+  managed_accounts_only: {description: Purge only inside the accounts listed here, type: bool, default: true}
+author: Carme developers
+"""
+
+EXAMPLES = r"""
+- slurm_accounting:
+    cluster: demo
+    qos: [{name: interactive, MaxTRESPerUser: gres/gpu=1, MaxWall: "08:00:00"}]
+    accounts: [{name: research, qos: [normal, interactive], default_qos: normal}]
+    users: [{name: alice, account: research}]
+    purge_users: true
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+# sacctmgr "set" key -> "format" column for the same field
+QOS_FIELDS = {
+    "Description": "Description",
+    "Flags": "Flags",
+    "GrpJobs": "GrpJobs",
+    "GrpSubmitJobs": "GrpSubmit",
+    "GrpTRES": "GrpTRES",
+    "GrpTRESMins": "GrpTRESMins",
+    "GrpWall": "GrpWall",
+    "MaxJobsPerUser": "MaxJobsPU",
+    "MaxSubmitJobsPerUser": "MaxSubmitPU",
+    "MaxTRESPerJob": "MaxTRES",
+    "MaxTRESPerNode": "MaxTRESPerNode",
+    "MaxTRESPerUser": "MaxTRESPU",
+    "MaxWall": "MaxWall",
+    "Priority": "Priority",
+    "UsageFactor": "UsageFactor",
+}
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def norm_time(value):
+    """Slurm time strings to minutes: '480', '8:00:00', '08:00:00', '1-00:00:00', '2-12' (days-hours)."""
+    value = str(value).strip()
+    if value in ("", "-1", "UNLIMITED", "INFINITE"):
+        return ""
+    try:
+        days = 0
+        if "-" in value:
+            d, value = value.split("-", 1)
+            days = int(d)
+            parts = [int(x) for x in value.split(":")] + [0, 0]
+            hours, minutes, seconds = parts[0], parts[1], parts[2]
+        else:
+            parts = [int(x) for x in value.split(":")]
+            if len(parts) == 1:
+                hours, minutes, seconds = 0, parts[0], 0
+            elif len(parts) == 2:
+                hours, minutes, seconds = 0, parts[0], parts[1]
+            else:
+                hours, minutes, seconds = parts[0], parts[1], parts[2]
+    except ValueError:
+        return value
+    return str(days * 1440 + hours * 60 + minutes + seconds // 60)
+
+
+def norm(key, value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    value = str(value).strip()
+    if key.endswith("Wall"):
+        return norm_time(value)
+    if key == "Flags":
+        return ",".join(sorted(v for v in value.split(",") if v))
+    if key in ("Description",):
+        return value.lower()
+    return value
+
+
+class Sacctmgr:
+    def __init__(self, module):
+        self.module = module
+        self.commands = []
+
+    def show(self, entity, fields, where=()):
+        argv = ["sacctmgr", "-n", "-P", "show", entity, *where, "format=" + ",".join(fields)]
+        rc, out, err = self.module.run_command(argv)
+        if rc != 0:
+            self.module.fail_json(msg="sacctmgr show %s failed: %s" % (entity, err.strip() or out.strip()), argv=argv)
+        rows = []
+        for line in out.splitlines():
+            if line.strip():
+                rows.append(dict(zip(fields, line.split("|"))))
+        return rows
+
+    def run(self, argv):
+        argv = ["sacctmgr", "-i", *argv]
+        self.commands.append(argv)
+        if self.module.check_mode:
+            return
+        rc, out, err = self.module.run_command(argv)
+        text = (out + err).strip()
+        if rc != 0 and "Nothing new added" not in text and "Nothing modified" not in text:
+            self.module.fail_json(msg="sacctmgr failed: %s" % text, argv=argv, commands=self.commands)
+
+
+def validate(module, p):
+    for kind in ("qos", "accounts", "users"):
+        for i, item in enumerate(p[kind]):
+            name = item.get("name")
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                module.fail_json(msg="%s[%d].name is missing or invalid: %r" % (kind, i, name))
+            if kind == "qos":
+                unknown = sorted(set(item) - set(QOS_FIELDS) - {"name"})
+                if unknown:
+                    module.fail_json(msg="qos[%d] (%s): unknown field(s) %s; known: %s"
+                                     % (i, name, ", ".join(unknown), ", ".join(sorted(QOS_FIELDS))))
+            if kind == "users" and not item.get("account"):
+                module.fail_json(msg="users[%d] (%s): account is required" % (i, name))
+    known_accounts = {a["name"] for a in p["accounts"]}
+    for i, u in enumerate(p["users"]):
+        if known_accounts and u["account"] not in known_accounts and u["account"] != "root":
+            module.fail_json(msg="users[%d] (%s): unknown account %r" % (i, u["name"], u["account"]))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            cluster=dict(type="str", required=True),
+            qos=dict(type="list", elements="dict", default=[]),
+            accounts=dict(type="list", elements="dict", default=[]),
+            users=dict(type="list", elements="dict", default=[]),
+            purge_users=dict(type="bool", default=False),
+            managed_accounts_only=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    validate(module, p)
+    cluster = p["cluster"]
+    s = Sacctmgr(module)
+    before, after = {}, {}
+
+    # cluster
+    clusters = {r["cluster"] for r in s.show("cluster", ["cluster"])}
+    if cluster not in clusters:
+        s.run(["add", "cluster", cluster])
+        after["cluster"] = cluster
+
+    # QOS
+    if p["qos"]:
+        cols = ["name"] + sorted(set(QOS_FIELDS.values()))
+        current = {r["name"]: r for r in s.show("qos", cols)}
+        for q in p["qos"]:
+            name = q["name"]
+            if name not in current:
+                s.run(["add", "qos", name])
+                cur = {}
+            else:
+                cur = current[name]
+            changes = []
+            for key, value in sorted(q.items()):
+                if key == "name":
+                    continue
+                have = norm(key, cur.get(QOS_FIELDS[key], ""))
+                if have != norm(key, value):
+                    changes.append("%s=%s" % (key, ",".join(value) if isinstance(value, list) else value))
+                    before.setdefault("qos", {}).setdefault(name, {})[key] = cur.get(QOS_FIELDS[key], "")
+                    after.setdefault("qos", {}).setdefault(name, {})[key] = value
+            if changes:
+                s.run(["modify", "qos", "where", "name=" + name, "set", *changes])
+
+    # accounts
+    assoc_fields = ["account", "user", "qos", "defaultqos", "parentname"]
+    assocs = s.show("assoc", assoc_fields, where=["where", "cluster=" + cluster])
+    acct_rows = {r["account"]: r for r in assocs if not r["user"]}
+    for a in p["accounts"]:
+        name = a["name"]
+        qos = sorted(a.get("qos") or [])
+        if name not in acct_rows:
+            argv = ["add", "account", name, "Cluster=" + cluster]
+            if a.get("description"):
+                argv.append("Description=" + str(a["description"]))
+            argv.append("Organization=" + str(a.get("organization") or cluster))
+            if a.get("parent"):
+                argv.append("Parent=" + a["parent"])
+            s.run(argv)
+            cur_qos, cur_def = [], ""
+            after.setdefault("accounts", {})[name] = "added"
+        else:
+            cur_qos = sorted(q for q in acct_rows[name]["qos"].split(",") if q)
+            cur_def = acct_rows[name]["defaultqos"]
+        sets = []
+        if qos and qos != cur_qos:
+            sets.append("QOS=" + ",".join(qos))
+        if a.get("default_qos") and a["default_qos"] != cur_def:
+            sets.append("DefaultQOS=" + a["default_qos"])
+        if sets:
+            s.run(["modify", "account", "where", "name=" + name, "cluster=" + cluster, "set", *sets])
+            after.setdefault("accounts", {})[name] = sets
+
+    # users (one association per user and account)
+    user_rows = [r for r in assocs if r["user"]]
+    have = {(r["user"], r["account"]): r for r in user_rows}
+    want = {(u["name"], u["account"]): u for u in p["users"]}
+    for (user, account), u in sorted(want.items()):
+        if (user, account) not in have:
+            s.run(["add", "user", user, "Account=" + account, "Cluster=" + cluster])
+            after.setdefault("users", {})[user] = "added to " + account
+            cur = {"qos": "", "defaultqos": ""}
+        else:
+            cur = have[(user, account)]
+        sets = []
+        if u.get("qos"):
+            q = sorted(u["qos"])
+            if q != sorted(x for x in cur["qos"].split(",") if x):
+                sets.append("QOS=" + ",".join(q))
+        if u.get("default_qos") and u["default_qos"] != cur["defaultqos"]:
+            sets.append("DefaultQOS=" + u["default_qos"])
+        if sets:
+            s.run(["modify", "user", "where", "name=" + user, "account=" + account, "cluster=" + cluster, "set", *sets])
+            after.setdefault("users", {})[user] = sets
+    if p["purge_users"]:
+        managed = {a["name"] for a in p["accounts"]}
+        for (user, account) in sorted(have):
+            if (user, account) in want or user == "root":
+                continue
+            if p["managed_accounts_only"] and account not in managed:
+                continue
+            s.run(["delete", "user", "where", "name=" + user, "account=" + account, "cluster=" + cluster])
+            before.setdefault("users", {})[user] = account
+            after.setdefault("users", {})[user] = "removed from " + account
+
+    changed = bool(s.commands)
+    module.exit_json(changed=changed, commands=s.commands, diff={"before": before, "after": after})
+
+
+if __name__ == "__main__":
+    main()
