@@ -1,0 +1,101 @@
+"""The validation play (playbooks/validate.yml) rejects malformed Slurm node groups and names the variable.
+
+Each test copies the demo inventory's group_vars into tmp_path, breaks one thing, and runs the real play with a
+local connection. The unbroken copy must pass, so a failure is caused by the broken value and nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import TEST_SECRETS
+from tests.roles.harness import _ansible_bin
+from tests.roles.harness import ansible_env
+
+HOSTS = {
+    "all": {
+        "vars": {"ansible_connection": "local"},
+        "children": {
+            "carme": {
+                "children": {
+                    "slurm_controller": {"hosts": {"head": None}},
+                    "slurm_dbd": {"hosts": {"head": None}},
+                    "slurm_compute": {"hosts": {"node1": None, "node2": None}},
+                    "slurm_login": {"hosts": {}},
+                }
+            }
+        },
+    }
+}
+
+
+def _inventory(tmp_path: Path, **slurm_overrides: Any) -> Path:
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO_ROOT / "inventories" / "demo" / "group_vars", inv / "group_vars")
+    (inv / "hosts.yml").write_text(yaml.safe_dump(HOSTS))
+    slurm_file = inv / "group_vars" / "all" / "slurm.yml"
+    data = yaml.safe_load(slurm_file.read_text())
+    data.update(slurm_overrides)
+    slurm_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv
+
+
+def _validate(inventory: Path) -> subprocess.CompletedProcess[str]:
+    argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / "validate.yml"), "-i", str(inventory)]
+    for key, value in {"ansible_connection": "local", **TEST_SECRETS}.items():
+        argv += ["-e", f"{key}={value}"]
+    return subprocess.run(
+        argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _group(name: str | None, hosts: Any, gpus: Any = 2) -> dict[str, Any]:
+    group: dict[str, Any] = {"hosts": hosts, "cpus": 2, "real_memory": 2000, "gpus": gpus, "gpu_type": "fake"}
+    if name is not None:
+        group = {"name": name, **group}
+    return group
+
+
+COMPUTE = "{{ groups['slurm_compute'] }}"
+
+BROKEN: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "missing_name": (
+        {"slurm_node_groups": [_group(None, COMPUTE)]},
+        ["slurm_node_groups", "name"],
+    ),
+    "gpus_not_integer": (
+        {"slurm_node_groups": [_group("gpu", COMPUTE, gpus="two")]},
+        ["slurm_node_groups", "gpus"],
+    ),
+    "host_in_two_groups": (
+        {"slurm_node_groups": [_group("gpu", COMPUTE), _group("cpu", ["node1"], gpus=0)]},
+        ["slurm_node_groups[1]", "node1", "one group"],
+    ),
+    "partition_unknown_group": (
+        {"slurm_partitions": [{"name": "batch", "node_groups": ["gpu", "nosuch"]}]},
+        ["slurm_partitions[0]", "nosuch"],
+    ),
+}
+
+
+def test_unbroken_copy_passes(tmp_path: Path) -> None:
+    result = _validate(_inventory(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_inventory_fails_and_names_the_variable(tmp_path: Path, case: str) -> None:
+    overrides, expected = BROKEN[case]
+    result = _validate(_inventory(tmp_path, **overrides))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"{case}: the validation play passed:\n{output}"
+    failed = [line for line in output.splitlines() if "fatal:" in line or "msg" in line or "failed" in line]
+    for text in expected:
+        assert text in output, f"{case}: {text!r} not in the failure output:\n" + "\n".join(failed)
