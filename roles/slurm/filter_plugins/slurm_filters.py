@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 _NAME_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
@@ -82,14 +83,18 @@ def slurm_node_group_errors(groups: Any, all_hosts: Iterable[str]) -> list[str]:
             continue
         name = group.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name or ""):
-            errors.append(f"{where}.name is missing or not a valid name (letters, digits, underscore): {name!r}")
+            errors.append(
+                f"{where}.name is missing or not a valid name (letters, digits, underscore): {name!r}"
+            )
             name = f"#{i}"
         elif name in seen_names:
             errors.append(f"{where}.name {name!r} is used twice (also slurm_node_groups[{seen_names[name]}])")
         else:
             seen_names[name] = i
         gpus = group.get("gpus", 0)
-        if isinstance(gpus, bool) or not (isinstance(gpus, int) or (isinstance(gpus, str) and gpus.isdigit())):
+        if isinstance(gpus, bool) or not (
+            isinstance(gpus, int) or (isinstance(gpus, str) and gpus.isdigit())
+        ):
             errors.append(f"{where}.gpus must be a non-negative integer, got {gpus!r}")
         hosts = group.get("hosts")
         if not isinstance(hosts, list) or not hosts:
@@ -99,7 +104,9 @@ def slurm_node_group_errors(groups: Any, all_hosts: Iterable[str]) -> list[str]:
             if host not in known:
                 errors.append(f"{where}.hosts: {host!r} is not in the inventory")
             if host in owner and owner[host] != name:
-                errors.append(f"{where}.hosts: {host!r} is already in node group {owner[host]!r}; a host belongs to one group")
+                errors.append(
+                    f"{where}.hosts: {host!r} is already in node group {owner[host]!r}; a host belongs to one group"
+                )
             owner.setdefault(host, str(name))
     return errors
 

@@ -15,9 +15,16 @@ description:
 options:
   cluster: {description: ClusterName, type: str, required: true}
   qos: {description: "QOS list: name plus sacctmgr fields", type: list, elements: dict, default: []}
-  accounts: {description: "Accounts: name, description, organization, parent, qos, default_qos", type: list, elements: dict, default: []}
+  accounts:
+    description: "Accounts: name, description, organization, parent, qos, default_qos"
+    type: list
+    elements: dict
+    default: []
   users: {description: "Users: name, account, qos, default_qos, admin", type: list, elements: dict, default: []}
-  purge_users: {description: Delete associations of users not listed (root is never touched), type: bool, default: false}
+  purge_users:
+    description: Delete associations of users not listed (root is never touched)
+    type: bool
+    default: false
   managed_accounts_only: {description: Purge only inside the accounts listed here, type: bool, default: true}
 author: Carme developers
 """
@@ -107,11 +114,13 @@ class Sacctmgr:
         argv = ["sacctmgr", "-n", "-P", "show", entity, *where, "format=" + ",".join(fields)]
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
-            self.module.fail_json(msg="sacctmgr show %s failed: %s" % (entity, err.strip() or out.strip()), argv=argv)
+            self.module.fail_json(
+                msg=f"sacctmgr show {entity} failed: {err.strip() or out.strip()}", argv=argv
+            )
         rows = []
         for line in out.splitlines():
             if line.strip():
-                rows.append(dict(zip(fields, line.split("|"))))
+                rows.append(dict(zip(fields, line.split("|"), strict=False)))
         return rows
 
     def run(self, argv):
@@ -122,7 +131,7 @@ class Sacctmgr:
         rc, out, err = self.module.run_command(argv)
         text = (out + err).strip()
         if rc != 0 and "Nothing new added" not in text and "Nothing modified" not in text:
-            self.module.fail_json(msg="sacctmgr failed: %s" % text, argv=argv, commands=self.commands)
+            self.module.fail_json(msg=f"sacctmgr failed: {text}", argv=argv, commands=self.commands)
 
 
 def validate(module, p):
@@ -130,18 +139,20 @@ def validate(module, p):
         for i, item in enumerate(p[kind]):
             name = item.get("name")
             if not isinstance(name, str) or not NAME_RE.match(name):
-                module.fail_json(msg="%s[%d].name is missing or invalid: %r" % (kind, i, name))
+                module.fail_json(msg=f"{kind}[{i}].name is missing or invalid: {name!r}")
             if kind == "qos":
                 unknown = sorted(set(item) - set(QOS_FIELDS) - {"name"})
                 if unknown:
-                    module.fail_json(msg="qos[%d] (%s): unknown field(s) %s; known: %s"
-                                     % (i, name, ", ".join(unknown), ", ".join(sorted(QOS_FIELDS))))
+                    module.fail_json(
+                        msg=f"qos[{i}] ({name}): unknown field(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(sorted(QOS_FIELDS))}"
+                    )
             if kind == "users" and not item.get("account"):
-                module.fail_json(msg="users[%d] (%s): account is required" % (i, name))
+                module.fail_json(msg=f"users[{i}] ({name}): account is required")
     known_accounts = {a["name"] for a in p["accounts"]}
     for i, u in enumerate(p["users"]):
         if known_accounts and u["account"] not in known_accounts and u["account"] != "root":
-            module.fail_json(msg="users[%d] (%s): unknown account %r" % (i, u["name"], u["account"]))
+            module.fail_json(msg=f"users[{i}] ({u['name']}): unknown account {u['account']!r}")
 
 
 def main():
@@ -170,7 +181,7 @@ def main():
 
     # QOS
     if p["qos"]:
-        cols = ["name"] + sorted(set(QOS_FIELDS.values()))
+        cols = ["name", *sorted(set(QOS_FIELDS.values()))]
         current = {r["name"]: r for r in s.show("qos", cols)}
         for q in p["qos"]:
             name = q["name"]
@@ -185,7 +196,7 @@ def main():
                     continue
                 have = norm(key, cur.get(QOS_FIELDS[key], ""))
                 if have != norm(key, value):
-                    changes.append("%s=%s" % (key, ",".join(value) if isinstance(value, list) else value))
+                    changes.append("{}={}".format(key, ",".join(value) if isinstance(value, list) else value))
                     before.setdefault("qos", {}).setdefault(name, {})[key] = cur.get(QOS_FIELDS[key], "")
                     after.setdefault("qos", {}).setdefault(name, {})[key] = value
             if changes:
@@ -239,11 +250,22 @@ def main():
         if u.get("default_qos") and u["default_qos"] != cur["defaultqos"]:
             sets.append("DefaultQOS=" + u["default_qos"])
         if sets:
-            s.run(["modify", "user", "where", "name=" + user, "account=" + account, "cluster=" + cluster, "set", *sets])
+            s.run(
+                [
+                    "modify",
+                    "user",
+                    "where",
+                    "name=" + user,
+                    "account=" + account,
+                    "cluster=" + cluster,
+                    "set",
+                    *sets,
+                ]
+            )
             after.setdefault("users", {})[user] = sets
     if p["purge_users"]:
         managed = {a["name"] for a in p["accounts"]}
-        for (user, account) in sorted(have):
+        for user, account in sorted(have):
             if (user, account) in want or user == "root":
                 continue
             if p["managed_accounts_only"] and account not in managed:

@@ -1,0 +1,62 @@
+# Carme: the two commands of the README are `make demo` and `make test`. Both do all setup on a fresh machine
+# (Debian 12, root): podman/runc/debootstrap, the virtualenv, the node image.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SCENARIOS ?= $(sort $(notdir $(wildcard molecule/*/molecule.yml/..)))
+MOLECULE_LOCK := /tmp/carme-molecule.lock
+
+.PHONY: demo demo-down demo-status deploy test lint unit molecule host image venv bench clean
+
+demo: host venv image ## bring up the embedded demo cluster and deploy site.yml on it
+	carme demo up
+
+demo-down: venv
+	carme demo down
+
+demo-status: venv
+	carme demo status
+
+deploy: venv ## deploy site.yml on the default inventory
+	carme deploy
+
+test: host venv image lint unit molecule ## everything CI runs
+
+host:
+	bash scripts/host-setup.sh
+
+image: host
+	bash images/node/build.sh
+
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: pyproject.toml requirements/constraints.txt requirements/tools.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/tools.txt -e '.[webui,admin,images,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import ansible, molecule, ansible_runner, flask, carme_runtime, webui"
+	touch $@
+
+lint: venv
+	yamllint -s .
+	ansible-lint
+	ruff check .
+	mypy
+
+unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, slapd; needs root)
+	pytest
+
+molecule: venv image ## every Molecule scenario, one after another
+	for s in $(SCENARIOS); do
+	  echo "=== molecule scenario $$s"
+	  flock $(MOLECULE_LOCK) molecule test -s $$s
+	done
+
+bench: venv
+	for b in bench/bench_*.py; do echo "=== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf .cache .artifacts .pytest_cache .mypy_cache .ruff_cache
