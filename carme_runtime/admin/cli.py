@@ -1,0 +1,207 @@
+"""``carme``: the admin CLI (deploy the cluster, run the embedded demo).
+
+Exit codes: 0 success, 1 a playbook or command failed, 2 bad command line, 3 (`demo status`) not every
+demo node runs with systemd `running`, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from carme_runtime import __version__
+from carme_runtime.admin import demo
+from carme_runtime.admin.playbook import PlaybookRun
+from carme_runtime.admin.playbook import RunResult
+from carme_runtime.admin.playbook import UsageError
+from carme_runtime.admin.playbook import run_playbook
+from carme_runtime.admin.playbook import split_extra_vars
+from carme_runtime.admin.progress import ProgressPrinter
+from carme_runtime.admin.project import find_project_dir
+from carme_runtime.exit_codes import ExitCode
+
+EXIT_NOT_RUNNING = 3
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="carme",
+        description="Carme admin CLI: deploy the cluster with Ansible, run the embedded demo cluster.",
+        epilog="The project directory is $CARME_PROJECT_DIR, else the nearest directory upwards holding "
+        "site.yml and ansible.cfg.",
+    )
+    parser.add_argument("--version", action="version", version=f"carme {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    deploy = commands.add_parser("deploy", help="run site.yml (or --playbook) on the inventory")
+    deploy.add_argument("--inventory", "-i", type=Path, help="inventory (default: ansible.cfg's, the demo)")
+    deploy.add_argument("--limit", "-l", help="only these hosts or groups (ansible pattern)")
+    deploy.add_argument("--tags", "-t", help="only tasks with these tags (comma-separated)")
+    deploy.add_argument("--check", "-C", action="store_true", help="dry run (ansible check mode)")
+    deploy.add_argument("--diff", "-D", action="store_true", help="record file differences in the artifacts")
+    deploy.add_argument("--playbook", default="site.yml", help="playbook, relative to the project (site.yml)")
+    deploy.add_argument(
+        "-e", "--extra-vars", dest="extra_vars", action="append", default=[], metavar="K=V",
+        help="extra variable (repeatable): key=value, @file or a JSON document",
+    )  # fmt: skip
+    _add_output_options(deploy)
+
+    demo_cmd = commands.add_parser("demo", help="the embedded demo cluster (podman containers on this host)")
+    demo_sub = demo_cmd.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
+    up = demo_sub.add_parser("up", help="create head, node1, node2 and deploy site.yml on them")
+    up.add_argument("--no-deploy", action="store_true", help="only create the containers")
+    _add_output_options(up)
+    down = demo_sub.add_parser("down", help="remove the demo containers")
+    _add_output_options(down)
+    demo_sub.add_parser("status", help="state of the demo containers and of systemd in them")
+    return parser
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print the final stats as JSON on stdout (progress goes to stderr)",
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    try:
+        if args.command == "deploy":
+            return cmd_deploy(args)
+        if args.demo_command == "status":
+            return cmd_demo_status()
+        if args.demo_command == "up":
+            return cmd_demo_up(args)
+        return cmd_demo_down(args)
+    except UsageError as exc:
+        sys.stderr.write(f"carme: error: {exc}\n")
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("\ncarme: interrupted\n")
+        return EXIT_INTERRUPTED
+
+
+# -- deploy ------------------------------------------------------------------------------------------------
+class _Output:
+    """Where progress goes (stderr when --json owns stdout) and the runs' results for --json."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.stream: TextIO = sys.stderr if as_json else sys.stdout
+        self.runs: list[dict[str, object]] = []
+
+    def printer(self) -> ProgressPrinter:
+        width = shutil.get_terminal_size((120, 24)).columns
+        return ProgressPrinter(self.stream, width=width)
+
+    def record(self, playbook: str, printer: ProgressPrinter, result: RunResult) -> None:
+        self.runs.append(
+            {"playbook": playbook, "status": result.status, "rc": result.rc,
+             "artifacts": str(result.artifacts), **printer.as_dict()}
+        )  # fmt: skip
+
+    def done(self, code: int) -> int:
+        if self.as_json:
+            summary: dict[str, object] = {
+                "ok": code == 0,
+                "changed": sum(int(str(r["changed"])) for r in self.runs),
+                "failed": sum(int(str(r["failed"])) for r in self.runs),
+                "unreachable": sum(int(str(r["unreachable"])) for r in self.runs),
+                "runs": self.runs,
+            }
+            if len(self.runs) == 1:
+                summary = {**self.runs[0], **summary}
+            sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return code
+
+
+def _play(out: _Output, run: PlaybookRun) -> bool:
+    printer = out.printer()
+    result = run_playbook(run, printer)
+    out.record(run.playbook, printer, result)
+    return result.ok and printer.failed_total == 0 and printer.unreachable_total == 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    project = find_project_dir()
+    extravars, extra_args = split_extra_vars(args.extra_vars)
+    run = PlaybookRun(
+        project=project,
+        playbook=args.playbook,
+        inventory=args.inventory,
+        limit=args.limit,
+        tags=args.tags,
+        check=args.check,
+        diff=args.diff,
+        extravars=extravars,
+        extra_args=extra_args,
+    )
+    out = _Output(args.json)
+    return out.done(ExitCode.OK if _play(out, run) else ExitCode.ERROR)
+
+
+# -- demo --------------------------------------------------------------------------------------------------
+def _demo_nodes(out: _Output, project: Path, state: str) -> bool:
+    run = PlaybookRun(
+        project=project,
+        playbook=demo.DEMO_PLAYBOOK,
+        inventory=project / demo.DEMO_INVENTORY,
+        extravars={"demo_nodes_state": state},
+    )
+    return _play(out, run)
+
+
+def cmd_demo_up(args: argparse.Namespace) -> int:
+    project = find_project_dir()
+    inventory = project / demo.DEMO_INVENTORY
+    out = _Output(args.json)
+    problem = demo.preflight(demo.node_image(inventory))
+    if problem:
+        sys.stderr.write(f"carme: {problem}\n")
+        return out.done(ExitCode.ERROR)
+    if not _demo_nodes(out, project, "present"):
+        out.stream.write("carme: creating the demo nodes failed (see above)\n")
+        return out.done(ExitCode.ERROR)
+    if not args.no_deploy:
+        site = PlaybookRun(project=project, playbook="site.yml", inventory=inventory)
+        if not _play(out, site):
+            out.stream.write("carme: deploying site.yml on the demo nodes failed (see above)\n")
+            return out.done(ExitCode.ERROR)
+    hints = demo.login_hints(demo.https_port(inventory))
+    if args.no_deploy:
+        hints[0] = "The demo nodes exist; deploy them with: carme deploy"
+    out.stream.write("\n" + "\n".join(hints) + "\n")
+    return out.done(ExitCode.OK)
+
+
+def cmd_demo_down(args: argparse.Namespace) -> int:
+    project = find_project_dir()
+    out = _Output(args.json)
+    return out.done(ExitCode.OK if _demo_nodes(out, project, "absent") else ExitCode.ERROR)
+
+
+def cmd_demo_status(runner: demo.CmdRunner = demo.run_cmd) -> int:
+    states, error = demo.node_states(runner)
+    if error:
+        sys.stderr.write(f"carme: {error}\n")
+        return EXIT_NOT_RUNNING
+    demo.print_status(states, sys.stdout)
+    if demo.all_healthy(states):
+        return ExitCode.OK
+    sys.stdout.write("not every demo node is running with systemd `running` (create them: carme demo up)\n")
+    return EXIT_NOT_RUNNING
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

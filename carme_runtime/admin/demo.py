@@ -1,0 +1,174 @@
+"""The embedded demo cluster: three podman containers (head, node1, node2) on this host."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import TextIO
+
+DEMO_INVENTORY = Path("inventories/demo/hosts.yml")
+DEMO_PLAYBOOK = "playbooks/demo_nodes.yml"
+DEMO_LABEL = "carme.demo=true"
+DEMO_NODES = ("carme-demo-head", "carme-demo-node1", "carme-demo-node2")
+HEAD = "carme-demo-head"
+DEFAULT_IMAGE = "localhost/carme-node:debian12"
+DEFAULT_HTTPS_PORT = 8443
+SECRETS_DIR = ".secrets/demo/"
+CMD_TIMEOUT = 60
+
+CmdRunner = Callable[[Sequence[str]], tuple[int, str, str]]
+
+
+def run_cmd(argv: Sequence[str]) -> tuple[int, str, str]:
+    """Run an argv list (never a shell); a missing program or a timeout is rc 127/124, not an exception."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=CMD_TIMEOUT, check=False)
+    except FileNotFoundError as exc:
+        return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer after {CMD_TIMEOUT}s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# -- inventory values --------------------------------------------------------------------------------------
+def _load_yaml(path: Path) -> Any:
+    import yaml  # lazy: admin extra
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _var_files(inventory: Path, host: str) -> list[Path]:
+    """Files that can set a variable for ``host`` in a YAML inventory, lowest precedence first."""
+    base = inventory.parent
+    files: list[Path] = []
+    for kind, name in (("group_vars", "all"), ("host_vars", host)):
+        for candidate in (base / kind / name, base / kind / f"{name}.yml", base / kind / f"{name}.yaml"):
+            if candidate.is_dir():
+                files += sorted(p for p in candidate.iterdir() if p.suffix in (".yml", ".yaml"))
+            elif candidate.is_file():
+                files.append(candidate)
+    return files
+
+
+def inventory_var(inventory: Path, name: str, host: str = "localhost") -> Any:
+    """The raw (untemplated) value of a variable set in the inventory for ``host``, or None.
+
+    Good enough for literal settings such as the demo's published port; templated values are returned as
+    the template string (callers fall back to the default)."""
+    value: Any = None
+    doc = _load_yaml(inventory)
+    if isinstance(doc, Mapping):
+        all_group = doc.get("all")
+        all_vars = all_group.get("vars") if isinstance(all_group, Mapping) else None
+        if isinstance(all_vars, Mapping) and name in all_vars:
+            value = all_vars[name]
+    for path in _var_files(inventory, host):
+        data = _load_yaml(path)
+        if isinstance(data, Mapping) and name in data:
+            value = data[name]
+    return value
+
+
+def https_port(inventory: Path) -> int:
+    value = inventory_var(inventory, "demo_nodes_https_port")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return DEFAULT_HTTPS_PORT
+
+
+def node_image(inventory: Path) -> str:
+    value = inventory_var(inventory, "demo_nodes_image")
+    return value if isinstance(value, str) and value and "{{" not in value else DEFAULT_IMAGE
+
+
+# -- checks before `demo up` -------------------------------------------------------------------------------
+def preflight(image: str, runner: CmdRunner = run_cmd, which: Callable[[str], str | None] = shutil.which) -> str:
+    """Empty when the demo can be created, else what to do first."""
+    if which("podman") is None:
+        return "podman is not installed: install podman (and runc), see docs / .ci/run"
+    rc, _out, err = runner(["podman", "image", "exists", image])
+    if rc == 1:
+        return f"the node image {image} does not exist: build it with `make image` (images/node/build.sh)"
+    if rc != 0:
+        return f"podman cannot check the image {image}: {err.strip() or f'rc={rc}'}"
+    return ""
+
+
+def login_hints(port: int) -> list[str]:
+    return [
+        "The demo cluster is up.",
+        f"  Portal:   https://localhost:{port}/   (self-signed certificate)",
+        f"  Shell:    podman exec -it {HEAD} bash",
+        "  Slurm:    sinfo   (inside the head: nodes node1, node2 should be idle)",
+        f"  Secrets:  {SECRETS_DIR}  (generated passwords and keys, root-only)",
+        "  Status:   carme demo status      Remove: carme demo down",
+    ]
+
+
+# -- `demo status` -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str  # podman's container state, or "missing"
+    systemd: str  # `systemctl is-system-running`, "-" when the container is not running
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running" and self.systemd == "running"
+
+
+def _container_name(entry: Mapping[str, Any]) -> str:
+    names = entry.get("Names")
+    if isinstance(names, list) and names:
+        return str(names[0])
+    if isinstance(names, str):
+        return names
+    return str(entry.get("Name", "?"))
+
+
+def node_states(runner: CmdRunner = run_cmd) -> tuple[list[NodeState], str]:
+    """The demo containers' states and, for running ones, systemd's; the error text if podman failed."""
+    rc, out, err = runner(["podman", "ps", "-a", "--filter", f"label={DEMO_LABEL}", "--format", "json"])
+    if rc != 0:
+        return [], f"podman ps failed: {err.strip() or f'rc={rc}'}"
+    try:
+        entries = json.loads(out or "[]")
+    except json.JSONDecodeError as exc:
+        return [], f"podman ps printed no JSON: {exc}"
+    found: dict[str, str] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, Mapping):
+            found[_container_name(entry)] = str(entry.get("State", "?")).lower()
+    states: list[NodeState] = []
+    for name in sorted(set(DEMO_NODES) | set(found), key=lambda n: (n not in DEMO_NODES, n)):
+        state = found.get(name, "missing")
+        systemd = "-"
+        if state == "running":
+            rc, out, err = runner(["podman", "exec", name, "systemctl", "is-system-running"])
+            systemd = out.strip() or err.strip() or f"rc={rc}"
+        states.append(NodeState(name=name, state=state, systemd=systemd))
+    return states, ""
+
+
+def print_status(states: Sequence[NodeState], stream: TextIO) -> None:
+    wide = max([len("NAME"), *(len(s.name) for s in states)])
+    stream.write(f"{'NAME':<{wide}}  {'STATE':<10}  SYSTEMD\n")
+    for s in states:
+        stream.write(f"{s.name:<{wide}}  {s.state:<10}  {s.systemd}\n")
+
+
+def all_healthy(states: Sequence[NodeState]) -> bool:
+    by_name = {s.name: s for s in states}
+    return all(name in by_name and by_name[name].healthy for name in DEMO_NODES)

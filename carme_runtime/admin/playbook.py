@@ -1,0 +1,184 @@
+"""Run one playbook of the project through ansible-runner (imported lazily: it is in the ``admin`` extra).
+
+Inputs go to ansible-runner as keyword arguments only, with ``suppress_env_files=True``: nothing is
+written to ``<private_data_dir>/env/`` (extra vars may hold secrets, and runner would silently reuse stale
+``env/extravars`` or ``env/cmdline`` files on the next run). Each run's artifacts (events, stdout, the
+command) land in ``<project>/.artifacts/runner/artifacts/<ident>/``, 0700; the last 10 runs are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import uuid
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from carme_runtime.admin.progress import ProgressPrinter
+
+KEEP_RUNS = 10
+
+
+class UsageError(Exception):
+    """A bad command line: the CLI prints it and exits 2."""
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    project: Path
+    playbook: str
+    inventory: Path | None = None
+    limit: str | None = None
+    tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    extravars: Mapping[str, str] | None = None
+    extra_args: Sequence[str] = ()  # passed through to ansible-playbook (`-e @file`, `-e '{json}'`)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    rc: int
+    artifacts: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+
+def artifacts_root(project: Path) -> Path:
+    return project / ".artifacts"
+
+
+def private_data_dir(project: Path) -> Path:
+    return artifacts_root(project) / "runner"
+
+
+def split_extra_vars(values: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``-e`` values: ``k=v`` pairs (several per value, shell-quoted, as ansible takes them) become
+    runner ``extravars``; ``@file`` and JSON/YAML documents are passed through on the command line."""
+    extravars: dict[str, str] = {}
+    passthrough: list[str] = []
+    for value in values:
+        stripped = value.strip()
+        if stripped.startswith(("@", "{", "[")):
+            passthrough += ["-e", stripped]
+            continue
+        try:
+            words = shlex.split(stripped)
+        except ValueError as exc:
+            raise UsageError(f"-e {value!r}: {exc}") from exc
+        if not words:
+            raise UsageError("-e needs key=value, @file or a JSON document")
+        for word in words:
+            key, sep, val = word.partition("=")
+            if not sep or not key.isidentifier():
+                raise UsageError(f"-e {value!r}: expected key=value with a valid variable name, @file or JSON")
+            extravars[key] = val
+    return extravars, passthrough
+
+
+def resolve_playbook(project: Path, playbook: str) -> Path:
+    path = Path(playbook).expanduser()
+    path = path if path.is_absolute() else (project / path)
+    if not path.is_file():
+        # also accept a path relative to the current directory (tab completion from elsewhere)
+        here = Path(playbook).expanduser().resolve()
+        if here.is_file():
+            return here
+        raise UsageError(f"playbook not found: {playbook} (looked in {project})")
+    return path.resolve()
+
+
+def resolve_inventory(inventory: Path) -> Path:
+    path = inventory.expanduser().resolve()
+    if not path.exists():
+        # never pass a missing path: ansible-runner would take the string as inventory *content*
+        raise UsageError(f"inventory not found: {inventory}")
+    return path
+
+
+def runner_envvars(project: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of ansible-playbook: the project's ansible.cfg, and this interpreter's scripts
+    first on PATH so that `carme` run from a virtualenv without activating it finds its ansible."""
+    environ = os.environ if environ is None else environ
+    bindir = str(Path(sys.executable).parent)
+    path = environ.get("PATH", os.defpath)
+    if bindir not in path.split(os.pathsep):
+        path = os.pathsep.join([bindir, path])
+    envvars = {"PATH": path, "ANSIBLE_FORCE_COLOR": "false", "ANSIBLE_NOCOLOR": "true"}
+    cfg = project / "ansible.cfg"
+    if cfg.is_file():
+        envvars["ANSIBLE_CONFIG"] = str(cfg)
+    return envvars
+
+
+def runner_kwargs(run: PlaybookRun, playbook: Path, ident: str) -> dict[str, Any]:
+    """The keyword arguments of ``ansible_runner.run`` (pure: tests check them)."""
+    cmdline: list[str] = []
+    if run.check:
+        cmdline.append("--check")
+    if run.diff:
+        cmdline.append("--diff")
+    cmdline += list(run.extra_args)
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private_data_dir(run.project)),
+        "project_dir": str(run.project),
+        "playbook": str(playbook),
+        "ident": ident,
+        "envvars": runner_envvars(run.project),
+        "rotate_artifacts": KEEP_RUNS,
+        "suppress_env_files": True,
+        "quiet": True,
+    }
+    if run.inventory is not None:
+        kwargs["inventory"] = str(resolve_inventory(run.inventory))
+    if run.limit:
+        kwargs["limit"] = run.limit
+    if run.tags:
+        kwargs["tags"] = run.tags
+    if run.extravars:
+        kwargs["extravars"] = dict(run.extravars)
+    if cmdline:
+        kwargs["cmdline"] = shlex.join(cmdline)
+    return kwargs
+
+
+def new_ident(playbook: Path) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{playbook.stem}-{uuid.uuid4().hex[:6]}"
+
+
+def prepare_private_data_dir(project: Path) -> Path:
+    pdd = private_data_dir(project)
+    pdd.mkdir(parents=True, exist_ok=True)
+    for path in (artifacts_root(project), pdd):
+        path.chmod(0o700)
+    # no input files: everything is passed as arguments (stale env/ files would be reused by runner)
+    shutil.rmtree(pdd / "env", ignore_errors=True)
+    (pdd / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    return pdd
+
+
+def run_playbook(run: PlaybookRun, printer: ProgressPrinter) -> RunResult:
+    playbook = resolve_playbook(run.project, run.playbook)
+    kwargs = runner_kwargs(run, playbook, new_ident(playbook))
+    try:
+        import ansible_runner  # type: ignore[import-untyped]  # lazy: admin extra only, no type hints
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise UsageError(f"ansible-runner is missing: pip install 'carme[admin]' ({exc})") from exc
+    prepare_private_data_dir(run.project)
+    runner = ansible_runner.run(event_handler=printer.handle, **kwargs)
+    artifacts = Path(str(runner.config.artifact_dir))
+    status = str(runner.status)
+    rc = int(runner.rc) if runner.rc is not None else 1
+    printer.finish(status=status, rc=rc, artifacts=str(artifacts))
+    return RunResult(status=status, rc=rc, artifacts=artifacts)
