@@ -1,0 +1,5 @@
+"""Shared fixtures for every test directory. Keep this file small: fixtures live in tests/fixtures/."""
+
+from tests.fixtures.hostslurm import host_slurm
+
+__all__ = ["host_slurm"]
