@@ -29,14 +29,10 @@ def test_defaults_match_argument_spec(role: str) -> None:
     options = yaml.safe_load(spec_file.read_text())["argument_specs"]["main"].get("options") or {}
     required = {name for name, spec in options.items() if (spec or {}).get("required")}
     # Required options stay commented out in defaults (B3): a default would make `required` never fire.
-    assert not required & set(defaults), (
-        f"roles/{role}: required options with a default: {required & set(defaults)}"
-    )
+    assert not required & set(defaults), f"roles/{role}: required options with a default: {required & set(defaults)}"
     missing_in_spec = set(defaults) - set(options)
     missing_in_defaults = set(options) - set(defaults) - commented
-    assert not commented & set(defaults), (
-        f"roles/{role}: keys both set and commented: {commented & set(defaults)}"
-    )
+    assert not commented & set(defaults), f"roles/{role}: keys both set and commented: {commented & set(defaults)}"
     assert not missing_in_spec, f"roles/{role}: defaults not in argument_specs: {sorted(missing_in_spec)}"
     assert not missing_in_defaults, (
         f"roles/{role}: argument_specs options missing from defaults/main.yml "

@@ -24,9 +24,7 @@ UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(scope="module", params=INVENTORIES)
-def rendered(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, RenderResult]:
+def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, RenderResult]:
     name: str = request.param
     out = tmp_path_factory.mktemp(f"render-{name}")
     return name, render(REPO_ROOT / "inventories" / name, out).check()
@@ -47,9 +45,7 @@ def test_rendered_file_matches_golden(rendered: tuple[str, RenderResult], filena
             expected.splitlines(keepends=True), actual.splitlines(keepends=True), str(golden), "rendered"
         )
     )
-    assert actual.encode() == expected.encode(), (
-        f"{inventory}/{filename} differs from the golden file:\n{diff}"
-    )
+    assert actual.encode() == expected.encode(), f"{inventory}/{filename} differs from the golden file:\n{diff}"
 
 
 def test_rendered_files_have_no_timestamp_or_real_secret(rendered: tuple[str, RenderResult]) -> None:
