@@ -62,9 +62,15 @@ def private_data_dir(project: Path) -> Path:
     return artifacts_root(project) / "runner"
 
 
+def _pair(word: str) -> tuple[str, str] | None:
+    key, sep, val = word.partition("=")
+    return (key, val) if sep and key.isidentifier() else None
+
+
 def split_extra_vars(values: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """``-e`` values: ``k=v`` pairs (several per value, shell-quoted, as ansible takes them) become
-    runner ``extravars``; ``@file`` and JSON/YAML documents are passed through on the command line."""
+    """``-e`` values become runner ``extravars`` (strings, as ansible's ``k=v`` gives them):
+    ``a=1 b='x y'`` (several shell-quoted pairs, as ansible takes them) or ``msg=hello world`` (one pair
+    whose value is the rest). ``@file`` and JSON/YAML documents go through to ansible-playbook as they are."""
     extravars: dict[str, str] = {}
     passthrough: list[str] = []
     for value in values:
@@ -73,16 +79,16 @@ def split_extra_vars(values: Sequence[str]) -> tuple[dict[str, str], list[str]]:
             passthrough += ["-e", stripped]
             continue
         try:
-            words = shlex.split(stripped)
-        except ValueError as exc:
-            raise UsageError(f"-e {value!r}: {exc}") from exc
-        if not words:
-            raise UsageError("-e needs key=value, @file or a JSON document")
-        for word in words:
-            key, sep, val = word.partition("=")
-            if not sep or not key.isidentifier():
-                raise UsageError(f"-e {value!r}: expected key=value with a valid variable name, @file or JSON")
-            extravars[key] = val
+            pairs = [_pair(word) for word in shlex.split(stripped)]
+        except ValueError:
+            pairs = [None]
+        if pairs and all(pair is not None for pair in pairs):
+            extravars.update(pair for pair in pairs if pair is not None)
+            continue
+        single = _pair(stripped)
+        if single is None:
+            raise UsageError(f"-e {value!r}: expected key=value with a valid variable name, @file or JSON")
+        extravars[single[0]] = single[1]
     return extravars, passthrough
 
 
