@@ -1,7 +1,7 @@
 """The validation play (playbooks/validate.yml) rejects malformed Slurm node groups and names the variable.
 
-Each test copies the demo inventory's group_vars into tmp_path, breaks one thing, and runs the real play with a
-local connection. The unbroken copy must pass, so a failure is caused by the broken value and nothing else.
+Each test copies the demo inventory (hosts.yml and group_vars) into tmp_path, breaks one thing, and runs the real
+play with a local connection. The unbroken copy must pass, so a failure is caused by the broken value and nothing else.
 """
 
 from __future__ import annotations
@@ -19,27 +19,12 @@ from tests.roles.harness import TEST_SECRETS
 from tests.roles.harness import _ansible_bin
 from tests.roles.harness import ansible_env
 
-HOSTS = {
-    "all": {
-        "vars": {"ansible_connection": "local"},
-        "children": {
-            "carme": {
-                "children": {
-                    "slurm_controller": {"hosts": {"head": None}},
-                    "slurm_dbd": {"hosts": {"head": None}},
-                    "slurm_compute": {"hosts": {"node1": None, "node2": None}},
-                    "slurm_login": {"hosts": {}},
-                }
-            }
-        },
-    }
-}
-
 
 def _inventory(tmp_path: Path, **slurm_overrides: Any) -> Path:
     inv = tmp_path / "inventory"
+    # The demo's hosts (head, node1, node2) and groups; the connection is overridden to local when run.
     shutil.copytree(REPO_ROOT / "inventories" / "demo" / "group_vars", inv / "group_vars")
-    (inv / "hosts.yml").write_text(yaml.safe_dump(HOSTS))
+    shutil.copy(REPO_ROOT / "inventories" / "demo" / "hosts.yml", inv / "hosts.yml")
     slurm_file = inv / "group_vars" / "all" / "slurm.yml"
     data = yaml.safe_load(slurm_file.read_text())
     data.update(slurm_overrides)
@@ -49,7 +34,9 @@ def _inventory(tmp_path: Path, **slurm_overrides: Any) -> Path:
 
 def _validate(inventory: Path) -> subprocess.CompletedProcess[str]:
     argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / "validate.yml"), "-i", str(inventory)]
-    for key, value in {"ansible_connection": "local", **TEST_SECRETS}.items():
+    # Generated secrets (password lookups) go next to the copied inventory, never into the repo.
+    extra = {"ansible_connection": "local", "carme_secrets_dir": str(inventory / "secrets"), **TEST_SECRETS}
+    for key, value in extra.items():
         argv += ["-e", f"{key}={value}"]
     return subprocess.run(
         argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False
