@@ -130,6 +130,8 @@ def _play(out: _Output, run: PlaybookRun) -> bool:
     printer = out.printer()
     result = run_playbook(run, printer)
     out.record(run.playbook, printer, result)
+    if result.status == "canceled":  # ansible-runner turned Ctrl-C into a cancel
+        raise KeyboardInterrupt
     return result.ok and printer.failed_total == 0 and printer.unreachable_total == 0
 
 
