@@ -86,3 +86,16 @@ def test_broken_inventory_fails_and_names_the_variable(tmp_path: Path, case: str
     failed = [line for line in output.splitlines() if "fatal:" in line or "msg" in line or "failed" in line]
     for text in expected:
         assert text in output, f"{case}: {text!r} not in the failure output:\n" + "\n".join(failed)
+
+
+def test_example_inventory_passes_the_slurm_checks() -> None:
+    """The example site's Slurm and munge wiring is valid (the other roles' variables are checked elsewhere)."""
+    inventory = REPO_ROOT / "inventories" / "example"
+    argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / "validate.yml"), "-i", str(inventory)]
+    argv += ["-e", "ansible_connection=local", "-e", '{"validate_inventory_roles": ["munge", "slurm"]}']
+    for key, value in TEST_SECRETS.items():
+        argv += ["-e", f"{key}={value}"]
+    result = subprocess.run(
+        argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
