@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -40,7 +41,8 @@ def main() -> int:
     parser.add_argument("--rebuild-image", action="store_true")
     parser.add_argument("--fresh-demo", action="store_true")
     args = parser.parse_args()
-    results: dict[str, object] = {"machine": f"{platform.node()} {platform.machine()}, cores={len(__import__('os').sched_getaffinity(0))}"}
+    cores = len(os.sched_getaffinity(0))
+    results: dict[str, object] = {"machine": f"{platform.node()} {platform.machine()}, cores={cores}"}
     if args.rebuild_image:
         results["image_build_s"] = round(timed(["bash", "images/node/build.sh", "--force"])[0], 1)
     if args.fresh_demo:
