@@ -7,12 +7,14 @@ from pathlib import Path
 import click
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from flask import Flask
 from flask import current_app
 from sqlalchemy import select
 
 from webui.extensions import db
 from webui.models import AuditLog
+from webui.models import ImageCatalog
 from webui.models import User
 from webui.models import utcnow
 
@@ -25,12 +27,20 @@ def alembic_config() -> Config:
     return cfg
 
 
-def upgrade_database(revision: str = "head") -> None:
-    """Run Alembic migrations on the app's database (needs an app context)."""
+def current_revisions() -> set[str]:
+    """The revisions the app's database is at (empty before the first migration; needs an app context)."""
+    with db.engine.connect() as connection:
+        return set(MigrationContext.configure(connection).get_current_heads())
+
+
+def upgrade_database(revision: str = "head") -> bool:
+    """Run Alembic migrations on the app's database (needs an app context); True if anything ran."""
     cfg = alembic_config()
+    before = current_revisions()
     with db.engine.begin() as connection:
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, revision)
+    return current_revisions() != before
 
 
 def register(app: Flask) -> None:
@@ -38,8 +48,9 @@ def register(app: Flask) -> None:
     @click.option("--revision", default="head", show_default=True)
     def db_upgrade(revision: str) -> None:
         """Create or migrate the portal database schema (Alembic)."""
-        upgrade_database(revision)
-        click.echo(f"database at {revision}")
+        # "upgraded" / "unchanged" lets Ansible report a change only when a migration ran.
+        changed = upgrade_database(revision)
+        click.echo(f"database at {revision} ({'upgraded' if changed else 'unchanged'})")
 
     @app.cli.command("totp-reset")
     @click.argument("username")
@@ -65,11 +76,34 @@ def register(app: Flask) -> None:
             raise click.ClickException(f"no such user: {username}")
         user.failed_logins = 0
         user.locked_until = None
-        db.session.add(
-            AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow())
-        )
+        db.session.add(AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow()))
         db.session.commit()
         click.echo(f"unlocked {username}")
+
+    @app.cli.command("image-ensure")
+    @click.argument("name")
+    @click.option("--image", required=True, help="container image, or environment name with --kind environment")
+    @click.option("--kind", type=click.Choice(["image", "environment"]), default="image", show_default=True)
+    @click.option("--app", "apps", multiple=True, required=True, help="allowed app (repeat)")
+    @click.option("--description", default="", show_default=True)
+    def image_ensure(name: str, image: str, kind: str, apps: tuple[str, ...], description: str) -> None:
+        """Create or update catalogue entry NAME (enabled); prints created, updated or unchanged."""
+        row = db.session.execute(select(ImageCatalog).where(ImageCatalog.name == name)).scalar_one_or_none()
+        wanted = {"image": image, "kind": kind, "allowed_apps": sorted(set(apps)), "description": description}
+        if row is None:
+            db.session.add(ImageCatalog(name=name, enabled=True, **wanted))
+            outcome = "created"
+        elif row.enabled and all(getattr(row, k) == v for k, v in wanted.items()):
+            outcome = "unchanged"
+        else:
+            for key, value in wanted.items():
+                setattr(row, key, value)
+            row.enabled = True
+            outcome = "updated"
+        if outcome != "unchanged":
+            db.session.add(AuditLog(actor="cli", action=f"image.{outcome}", target=name, details=wanted, time=utcnow()))
+            db.session.commit()
+        click.echo(f"image {name}: {outcome}")
 
     @app.cli.command("scheduler-queries")
     def scheduler_queries() -> None:
