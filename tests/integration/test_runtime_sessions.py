@@ -34,7 +34,9 @@ import pytest
 
 from carme_runtime.apps import AppSpec
 from carme_runtime.apps import load_apps
+from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
+from carme_runtime.sessions import build_rest_payload
 from carme_runtime.sessions import submit_with_sbatch
 from carme_runtime.slurm import parse_comment
 from tests.fixtures.carmeenvs import ensure_jupyter_env
@@ -106,6 +108,26 @@ def http_status(url: str, headers: Mapping[str, str] | None = None) -> int:
         return int(exc.code)
 
 
+def wait_ready(cluster: HostSlurm, job_id: int, output: Path) -> dict[str, str]:
+    """Wait (bounded) until the launcher publishes ``state=ready`` in the job comment; returns the parsed comment."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    fields: dict[str, str] = {}
+    parsed: dict[str, str] | None = None
+    while time.monotonic() < deadline:
+        fields = job_fields(cluster, job_id)
+        parsed = parse_comment(fields.get("Comment", ""))
+        if parsed and parsed.get("state") in ("ready", "failed"):
+            break
+        if fields.get("JobState") in TERMINAL_STATES:
+            break
+        time.sleep(0.5)
+    log = output.read_text(errors="replace") if output.exists() else "(no output file)"
+    assert parsed is not None and parsed.get("state") == "ready", (
+        f"job {job_id} not ready: {fields}\n{log}\n{cluster.log_tail('slurmd')}"
+    )
+    return parsed
+
+
 @dataclass
 class Session:
     job_id: int
@@ -153,22 +175,8 @@ def jupyter_session(host_slurm: HostSlurm, jupyter_env: Path) -> Iterator[Sessio
     job_id = submit_with_sbatch(request, app, "none", secret, runner)
     output = workdir / f"carme-{app.name}-{job_id}.out"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        fields: dict[str, str] = {}
-        parsed: dict[str, str] | None = None
-        while time.monotonic() < deadline:
-            fields = job_fields(host_slurm, job_id)
-            parsed = parse_comment(fields.get("Comment", ""))
-            if parsed and parsed.get("state") in ("ready", "failed"):
-                break
-            if fields.get("JobState") in TERMINAL_STATES:
-                break
-            time.sleep(0.5)
+        parsed = wait_ready(host_slurm, job_id, output)
         ready_s = time.monotonic() - t0
-        log = output.read_text(errors="replace") if output.exists() else "(no output file)"
-        assert parsed is not None and parsed.get("state") == "ready", (
-            f"job {job_id} not ready: {fields}\n{log}\n{host_slurm.log_tail('slurmd')}"
-        )
         record_timing("session_submit_to_ready", ready_s)
         yield Session(
             job_id=job_id,
@@ -263,6 +271,44 @@ def test_connection_details_are_private_to_the_user(host_slurm: HostSlurm, jupyt
         assert "Permission denied" in proc.stderr, (argv, proc.stderr)
     # the owner can
     assert json.loads(host_slurm.run(["cat", str(path)], user=s.user).stdout)["job_id"] == s.job_id
+
+
+def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env: Path) -> None:
+    """The portal's path: ``build_rest_payload`` POSTed to slurmrestd v0.0.38 with bob's JWT."""
+    user = "bob"
+    app = load_apps([])["jupyterlab"]
+    workdir = host_slurm.user_dir(user)
+    request = SessionRequest(
+        user=user, app=app.name, image=str(jupyter_env), gpus=1, mem_mb=1000, time_minutes=15, workdir=str(workdir)
+    )
+    request.validate()
+    secret = secrets.token_urlsafe(32)
+    payload = build_rest_payload(request, app, "none", secret)
+    job = payload["job"]
+    assert isinstance(job, dict) and isinstance(job["environment"], dict)
+    # A real node reads /etc/slurm/slurm.conf; the test cluster's config lives elsewhere.
+    job["environment"]["SLURM_CONF"] = str(host_slurm.slurm_conf)
+    headers = host_slurm.rest_headers(user) | {"Content-Type": "application/json"}
+    req = urllib.request.Request(
+        host_slurm.restd_url + REST_SUBMIT_PATH, data=json.dumps(payload).encode(), headers=headers, method="POST"
+    )
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert answer.get("errors") == [], answer
+    job_id = int(answer["job_id"])
+    try:
+        parsed = wait_ready(host_slurm, job_id, workdir / f"carme-{app.name}-{job_id}.out")
+        record_timing("rest_session_submit_to_ready", time.monotonic() - t0)
+        fields = job_fields(host_slurm, job_id)
+        assert fields["UserId"].startswith(f"{user}("), fields
+        assert fields["TresPerNode"] == "gres:gpu:1", fields
+        base = f"http://{parsed['host']}:{parsed['port']}{app.base_url(job_id)}"
+        assert http_status(base + "api/status", app.proxy_headers(secret)) == 200
+        assert http_status(base + "api/status") in (401, 403)
+    finally:
+        host_slurm.run(["scancel", str(job_id)], check=False)
+        host_slurm.wait_job(job_id, timeout=120)
 
 
 # --- hooks ------------------------------------------------------------------------------------------------
