@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-SCENARIOS ?= $(sort $(notdir $(wildcard molecule/*/molecule.yml/..)))
+SCENARIOS ?= $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml))
 MOLECULE_LOCK := /tmp/carme-molecule.lock
 
 .PHONY: demo demo-down demo-status deploy test lint unit molecule host image venv bench clean
