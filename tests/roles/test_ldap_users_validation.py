@@ -1,0 +1,60 @@
+"""Invalid user/group declarations fail before anything is written, naming the entry (issue 4).
+
+Runs the ldap_users module through real Ansible in its validate-only mode (the role's assert step).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import _ansible_bin
+from tests.roles.harness import ansible_env
+
+GROUPS = [{"name": "research", "gid": 20000}]
+
+
+def validate(users: list[dict[str, object]], groups: list[dict[str, object]]) -> tuple[int, str]:
+    env = ansible_env({"ANSIBLE_LIBRARY": str(REPO_ROOT / "roles" / "ldap_users" / "library")})
+    args = json.dumps({"users": users, "groups": groups, "validate_only": True})
+    proc = subprocess.run(
+        [
+            _ansible_bin("ansible"),
+            "localhost",
+            "-c",
+            "local",
+            "-m",
+            "ldap_users",
+            "-a",
+            args,
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_valid_declaration_passes() -> None:
+    rc, out = validate([{"name": "alice", "uid": 20001, "group": "research"}], GROUPS)
+    assert rc == 0, out
+
+
+def test_duplicate_uid_is_named() -> None:
+    users = [{"name": "alice", "uid": 20001, "group": "research"}, {"name": "dave", "uid": 20001, "group": "research"}]
+    rc, out = validate(users, GROUPS)
+    assert rc != 0
+    assert "users[1] (dave): duplicate uid 20001" in out
+
+
+def test_unknown_group_is_named() -> None:
+    rc, out = validate([{"name": "erin", "uid": 20005, "group": "nosuch"}], GROUPS)
+    assert rc != 0
+    assert "users[0] (erin): unknown group 'nosuch'" in out
