@@ -109,7 +109,9 @@ def preflight(image: str, runner: CmdRunner = run_cmd, which: Callable[[str], st
 def login_hints(port: int) -> list[str]:
     return [
         "The demo cluster is up.",
-        f"  Portal:   https://localhost:{port}/   (self-signed certificate)",
+        f"  Portal:   https://localhost:{port}/   (certificate signed by the demo CA in {SECRETS_DIR}ldap-ca/)",
+        f"  Log in:   alice, bob (users) or carol (admin); initial passwords in {SECRETS_DIR}initial-passwords/<user>;",
+        "            the first login enrols TOTP (scan the QR code or type the key into an authenticator app)",
         f"  Shell:    podman exec -it {HEAD} bash",
         "  Slurm:    sinfo   (inside the head: nodes node1, node2 should be idle)",
         f"  Secrets:  {SECRETS_DIR}  (generated passwords and keys, root-only)",
