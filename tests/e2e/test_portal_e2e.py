@@ -178,7 +178,7 @@ def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: Portal) -> Non
     page.fill("input[name=gpus]", "1")
     page.fill("input[name=time_minutes]", "30")
     portal.steps.shot(page, "alice-start-form")
-    page.click("button[type=submit]")
+    page.get_by_role("button", name="Start", exact=True).click()  # not the nav bar's "Log out" submit button
     row = page.wait_for_selector("tr[data-job]", timeout=20_000)
     portal.job_id = int(row.get_attribute("data-job") or 0)
     assert portal.job_id > 0
