@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -117,6 +118,25 @@ class Partition:
     is_default: bool = False
 
 
+
+_RESOLVED: dict[str, tuple[float, frozenset[str]]] = {}
+_RESOLVE_TTL_S = 60.0
+
+
+def resolve_addresses(name: str) -> frozenset[str]:
+    """IP addresses of a node name (cached for a minute; empty when it does not resolve)."""
+    now = time.monotonic()
+    hit = _RESOLVED.get(name)
+    if hit is not None and now - hit[0] < _RESOLVE_TTL_S:
+        return hit[1]
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        addrs = frozenset(str(info[4][0]) for info in infos)
+    except (OSError, UnicodeError):
+        addrs = frozenset()
+    _RESOLVED[name] = (now, addrs)
+    return addrs
+
 @dataclass(frozen=True)
 class ClusterState:
     jobs: tuple[Job, ...] = ()
@@ -132,12 +152,18 @@ class ClusterState:
         return next((j for j in self.jobs if j.job_id == job_id), None)
 
     def node_names_for(self, names: Sequence[str]) -> set[str]:
-        """Names, addresses and hostnames of the given nodes (what a job may publish as host)."""
+        """Names, addresses and hostnames of the given nodes (what a job may publish as host).
+
+        Slurm's NodeAddr is often the node's name; the launcher publishes the address it bound to, so the
+        names are also resolved (the resolver's answer for a name Slurm gave, never for the published host).
+        """
         wanted = set(names)
         out = set(wanted)
         for n in self.nodes:
             if n.name in wanted:
                 out.update(x for x in (n.address, n.hostname) if x)
+        for name in list(out):
+            out.update(resolve_addresses(name))
         return out
 
     def max_gpus_per_node(self, partition: str | None) -> int:
