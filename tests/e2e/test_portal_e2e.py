@@ -208,14 +208,18 @@ def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: Portal) -> N
     lab.wait_for_load_state()
     assert f"/proxy/{portal.job_id}/" in lab.url
     lab.wait_for_selector(".jp-LabShell", timeout=60_000)
+    # JupyterLab restores the last workspace from the user's home (a notebook left open by an earlier run
+    # hides the launcher): start from a reset workspace.
+    lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
     lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)
     portal.steps.shot(lab, "jupyterlab-loaded")
 
     lab.click(".jp-LauncherCard[data-category='Notebook']")
-    editor = lab.wait_for_selector(".jp-NotebookPanel .jp-Cell .cm-content", timeout=60_000)
+    lab.wait_for_selector(".jp-NotebookPanel .jp-Cell .cm-content", timeout=60_000)
     # The kernel connects over the proxied websocket; wait until it reports idle.
     lab.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-    editor.click()
+    # A locator, not an element handle: JupyterLab re-renders the cell editor while the kernel starts.
+    lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first.click()
     lab.keyboard.type("import os; print('carme', 6 * 7, os.environ.get('CUDA_VISIBLE_DEVICES'))")
     lab.keyboard.press("Shift+Enter")
     out = lab.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output:has-text('carme 42')", timeout=60_000)
