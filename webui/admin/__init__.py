@@ -33,7 +33,7 @@ from webui.security import admin_required
 from webui.security import audit
 from webui.security import current_user
 from webui.security import valid_username
-from webui.slurm import SlurmError
+from webui.sessions import stop_and_flash
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
 
@@ -64,15 +64,7 @@ def index() -> Any:
 
 @bp.route("/sessions/<job_id>/stop", methods=["POST"])
 def stop_session(job_id: str) -> Response:
-    user = current_user()
-    assert user is not None
-    jid = service.parse_job_id(job_id)
-    try:
-        service.stop_session(user, jid)
-    except SlurmError as exc:
-        flash(f"Could not stop {jid}: {exc}")
-    else:
-        flash(f"Session {jid} is stopping.")
+    stop_and_flash(job_id)
     return redirect(url_for("admin.index"))
 
 

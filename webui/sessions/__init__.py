@@ -61,9 +61,8 @@ def start() -> Any:
     return redirect(url_for("dashboard.index"))
 
 
-@bp.route("/<job_id>/stop", methods=["POST"])
-@login_required
-def stop(job_id: str) -> Response:
+def stop_and_flash(job_id: str) -> None:
+    """Stop a session as the logged-in user (the service checks owner or admin) and say how it went."""
     user = current_user()
     assert user is not None
     jid = service.parse_job_id(job_id)
@@ -73,6 +72,12 @@ def stop(job_id: str) -> Response:
         flash(f"Could not stop session {jid}: {exc}")
     else:
         flash(f"Session {jid} is stopping.")
+
+
+@bp.route("/<job_id>/stop", methods=["POST"])
+@login_required
+def stop(job_id: str) -> Response:
+    stop_and_flash(job_id)
     back = url_for("admin.index") if request.form.get("from") == "admin" else url_for("dashboard.index")
     return redirect(back)
 
