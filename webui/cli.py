@@ -21,6 +21,14 @@ from webui.models import utcnow
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
+
+def _user_or_fail(username: str) -> User:
+    """The portal's record of USERNAME, or a CLI error naming it."""
+    user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
+    if user is None:
+        raise click.ClickException(f"no such user: {username}")
+    return user
+
 def alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -56,9 +64,7 @@ def register(app: Flask) -> None:
     @click.argument("username")
     def totp_reset(username: str) -> None:
         """Forget USERNAME's TOTP secret; they enrol again at next login."""
-        user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
-        if user is None:
-            raise click.ClickException(f"no such user: {username}")
+        user = _user_or_fail(username)
         user.totp_secret = None
         user.totp_confirmed = False
         user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
@@ -71,9 +77,7 @@ def register(app: Flask) -> None:
     @click.argument("username")
     def unlock(username: str) -> None:
         """Clear USERNAME's failed-login counter and lock."""
-        user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
-        if user is None:
-            raise click.ClickException(f"no such user: {username}")
+        user = _user_or_fail(username)
         user.failed_logins = 0
         user.locked_until = None
         db.session.add(AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow()))
