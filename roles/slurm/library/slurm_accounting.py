@@ -20,7 +20,13 @@ options:
     type: list
     elements: dict
     default: []
-  users: {description: "Users: name, account, qos, default_qos, admin", type: list, elements: dict, default: []}
+  users:
+    description:
+      - "Users: name, account, qos, default_qos, admin_level."
+      - "admin_level is None, Operator or Administrator (sacctmgr AdminLevel); it is set only when given."
+    type: list
+    elements: dict
+    default: []
   purge_users:
     description: Delete associations of users not listed (root is never touched)
     type: bool
@@ -34,7 +40,9 @@ EXAMPLES = r"""
     cluster: demo
     qos: [{name: interactive, MaxTRESPerUser: gres/gpu=1, MaxWall: "08:00:00"}]
     accounts: [{name: research, qos: [normal, interactive], default_qos: normal}]
-    users: [{name: alice, account: research}]
+    users:
+      - {name: alice, account: research}
+      - {name: carme-portal, account: services, admin_level: Operator}  # the portal stops any session for admins
     purge_users: true
 """
 
@@ -61,6 +69,7 @@ QOS_FIELDS = {
     "UsageFactor": "UsageFactor",
 }
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator"}
 
 
 def norm_time(value):
@@ -149,6 +158,13 @@ def validate(module, p):
                     )
             if kind == "users" and not item.get("account"):
                 module.fail_json(msg=f"users[{i}] ({name}): account is required")
+    for i, u in enumerate(p["users"]):
+        level = u.get("admin_level")
+        if level is not None and str(level).lower() not in ADMIN_LEVELS:
+            module.fail_json(
+                msg=f"users[{i}] ({u.get('name')}): admin_level must be one of None, Operator, Administrator,"
+                f" not {level!r}"
+            )
     known_accounts = {a["name"] for a in p["accounts"]}
     for i, u in enumerate(p["users"]):
         if known_accounts and u["account"] not in known_accounts and u["account"] != "root":
@@ -263,6 +279,16 @@ def main():
                 ]
             )
             after.setdefault("users", {})[user] = sets
+    # admin levels (a property of the user, not of an association)
+    levels = {u["name"]: ADMIN_LEVELS[str(u["admin_level"]).lower()] for u in p["users"] if u.get("admin_level")}
+    if levels:
+        current_levels = {r["user"]: r["adminlevel"] for r in s.show("user", ["user", "adminlevel"])}
+        for user, level in sorted(levels.items()):
+            have_level = current_levels.get(user, "None")
+            if have_level.lower() != level.lower():
+                s.run(["modify", "user", "where", "name=" + user, "set", "AdminLevel=" + level])
+                before.setdefault("admin_level", {})[user] = have_level
+                after.setdefault("admin_level", {})[user] = level
     if p["purge_users"]:
         managed = {a["name"] for a in p["accounts"]}
         for user, account in sorted(have):
