@@ -9,12 +9,15 @@ Everything runs on 127.0.0.1 and stops by itself:
   SQLite file database seeded with the users, talking to the stand-in with real per-user JWTs;
 * N simulated users (asyncio, one keep-alive connection each) that are logged in (a session cookie signed with
   the portal's key, as after password + TOTP) and load the dashboard ``GET /`` in a closed loop with a think
-  time, for a fixed duration; the first seconds are a warm-up and are not counted.
+  time, for a fixed duration, keeping the cookie each response sets as a browser does; the first seconds are a
+  warm-up and are not counted.
 
 Two runs: the control (20 users) and the goal (200 users). Reported per run: requests, errors, p50/p90/p99/max
-latency, throughput, and the queries the stand-in received: cluster state (jobs + nodes + partitions, cached
-``SCHEDULER_CACHE_SECONDS`` per gunicorn worker and shared by all users) and accounting (GPU-hours per user,
-cached ``QUOTA_CACHE_SECONDS`` per user and worker).
+latency, throughput, CPU time per request of the server (gunicorn master + workers, from /proc; robust to other
+load on the machine, unlike the latencies) and of the client, the machine's load average before and after, and the
+queries the stand-in received: cluster state (jobs + nodes + partitions, cached ``SCHEDULER_CACHE_SECONDS`` per
+gunicorn worker and shared by all users) and accounting (GPU-hours per user, cached ``QUOTA_CACHE_SECONDS`` per user
+and worker).
 
 Usage::
 
@@ -178,15 +181,19 @@ def seed_and_sign(cfg: Path, users: int) -> list[str]:
         db.session.commit()
         db.engine.dispose()
     serializer = app.session_interface.get_signing_serializer(app)  # type: ignore[attr-defined]
-    return [serializer.dumps({"user": f"bench{i:03d}", "ver": 1, "admin": False}) for i in range(users)]
+    # What auth.totp puts in the session (a permanent one, so Flask re-signs it on every response).
+    return [
+        serializer.dumps({"_permanent": True, "user": f"bench{i:03d}", "ver": 1, "admin": False}) for i in range(users)
+    ]
 
 
 def start_gunicorn(cfg: Path, port: int, workers: int, threads: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CARME_WEBUI_CONFIG": str(cfg)}
     gunicorn = Path(sys.executable).parent / "gunicorn"
+    # As roles/carme_webui's unit runs it (access log included; the unit sends it to journald, here a file).
     argv = [str(gunicorn), "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread",
             "--bind", f"127.0.0.1:{port}", "--no-control-socket", "--log-level", "warning",
-            "webui.wsgi:app"]  # fmt: skip
+            "--access-logfile", str(cfg.parent / "access.log"), "webui.wsgi:app"]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, cwd=REPO)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -199,17 +206,36 @@ def start_gunicorn(cfg: Path, port: int, workers: int, threads: int) -> subproce
     raise SystemExit("gunicorn did not start")
 
 
+def cpu_seconds(root: int) -> float:
+    """User + system CPU time of a process and its children (the gunicorn master and workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if root in (pid, ppid):
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 # --- simulated users -------------------------------------------------------------------------------------
+
+
+def http_get(port: int, cookie: str) -> bytes:
+    return (
+        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: carme_session={cookie}\r\n"
+        "Accept: text/html\r\nConnection: keep-alive\r\n\r\n"
+    ).encode()
 
 
 async def user_loop(
     port: int, cookie: str, stop_at: float, count_from: float, think: float, lat: list[float], errors: list[str]
 ) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (
-        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: carme_session={cookie}\r\n"
-        "Accept: text/html\r\nConnection: keep-alive\r\n\r\n"
-    ).encode()
+    request = http_get(port, cookie)
     await asyncio.sleep(think * (hash(cookie) % 1000) / 1000)  # spread the first requests over one think time
     try:
         while time.monotonic() < stop_at:
@@ -221,6 +247,8 @@ async def user_loop(
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":", 1)[1])
+                elif line.lower().startswith(b"set-cookie: carme_session="):  # keep the new cookie, as a browser
+                    request = http_get(port, line.split(b"=", 1)[1].split(b";", 1)[0].decode())
             body = await reader.readexactly(length)
             elapsed = time.monotonic() - t0
             status = head.split(b" ", 2)[1]
@@ -234,14 +262,30 @@ async def user_loop(
         writer.close()
 
 
-async def drive(port: int, cookies: list[str], duration: float, warmup: float, think: float) -> dict[str, Any]:
+async def cpu_window(server_pid: int, count_from: float, stop_at: float, out: dict[str, float]) -> None:
+    """CPU seconds the server (gunicorn master + workers) and this client spent in the measured window."""
+    await asyncio.sleep(max(0.0, count_from - time.monotonic()))
+    server0, client0 = cpu_seconds(server_pid), time.process_time()
+    await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
+    out["server"] = cpu_seconds(server_pid) - server0
+    out["client"] = time.process_time() - client0
+
+
+async def drive(
+    port: int, server_pid: int, cookies: list[str], duration: float, warmup: float, think: float
+) -> dict[str, Any]:
     lat: list[float] = []
     errors: list[str] = []
+    cpu: dict[str, float] = {}
     start = time.monotonic()
     count_from = start + warmup
     stop_at = count_from + duration
-    await asyncio.gather(*(user_loop(port, c, stop_at, count_from, think, lat, errors) for c in cookies))
+    await asyncio.gather(
+        cpu_window(server_pid, count_from, stop_at, cpu),
+        *(user_loop(port, c, stop_at, count_from, think, lat, errors) for c in cookies),
+    )
     lat.sort()
+    served = len(lat) + len(errors)
 
     def pct(p: float) -> float:
         return round(1000 * lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else float("nan")
@@ -256,6 +300,9 @@ async def drive(port: int, cookies: list[str], duration: float, warmup: float, t
         "p99_ms": pct(0.99),
         "max_ms": round(1000 * lat[-1], 1) if lat else None,
         "mean_ms": round(1000 * statistics.fmean(lat), 1) if lat else None,
+        # Robust to other load on the machine: CPU time per request, not wall time.
+        "server_cpu_ms_per_request": round(1000 * cpu["server"] / served, 2) if served else None,
+        "client_cpu_ms_per_request": round(1000 * cpu["client"] / served, 2) if served else None,
     }
 
 
@@ -273,7 +320,9 @@ def run_once(users: int, duration: float, warmup: float, think: float, workers: 
         try:
             time.sleep(1)
             before = stand_in_counts(restd_port)
-            result = asyncio.run(drive(portal_port, cookies, duration, warmup, think))
+            load_before = os.getloadavg()
+            result = asyncio.run(drive(portal_port, gunicorn.pid, cookies, duration, warmup, think))
+            load_after = os.getloadavg()
             after = stand_in_counts(restd_port)
         finally:
             gunicorn.terminate()
@@ -288,6 +337,9 @@ def run_once(users: int, duration: float, warmup: float, think: float, workers: 
         "warmup_s": warmup,
         "think_time_s": think,
         **result,
+        # 1/5/15-minute load averages of the whole machine (other jobs share it): before and after the run.
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in load_after],
         # Counted over the whole run including the warm-up (the stand-in cannot tell them apart).
         "scheduler_queries": {
             "cluster_state": state_queries,

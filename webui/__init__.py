@@ -18,6 +18,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from webui.extensions import csrf
 from webui.extensions import db
 from webui.ldapauth import check_config as check_ldap_config
+from webui.session_cookie import SlidingSessionInterface
 
 __all__ = ["create_app"]
 
@@ -41,6 +42,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     if int(app.config["PROXY_FIX_HOPS"]) > 0:
         hops = int(app.config["PROXY_FIX_HOPS"])
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)  # type: ignore[method-assign]
+    app.session_interface = SlidingSessionInterface()
     register_extensions(app)
     register_blueprints(app)
     register_security_headers(app)
@@ -67,6 +69,7 @@ def register_extensions(app: Flask) -> None:
 
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
+    app.extensions["carme_view_cache"] = scheduler.TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
 
 
 def register_blueprints(app: Flask) -> None:
@@ -84,17 +87,23 @@ def register_blueprints(app: Flask) -> None:
 
 
 def register_security_headers(app: Flask) -> None:
+    # Built once from the settings (they do not change after create_app), added to every response.
+    headers = [
+        ("Content-Security-Policy", str(app.config["CONTENT_SECURITY_POLICY"])),
+        ("X-Frame-Options", "DENY"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "same-origin"),
+        ("Cross-Origin-Opener-Policy", "same-origin"),
+        ("Permissions-Policy", "camera=(), microphone=(), geolocation=()"),
+    ]
+    if int(app.config["HSTS_SECONDS"]) > 0:
+        headers.append(("Strict-Transport-Security", f"max-age={int(app.config['HSTS_SECONDS'])}"))
+
     @app.after_request
     def _headers(resp: Response) -> Response:
         h = resp.headers
-        h.setdefault("Content-Security-Policy", str(app.config["CONTENT_SECURITY_POLICY"]))
-        h.setdefault("X-Frame-Options", "DENY")
-        h.setdefault("X-Content-Type-Options", "nosniff")
-        h.setdefault("Referrer-Policy", "same-origin")
-        h.setdefault("Cross-Origin-Opener-Policy", "same-origin")
-        h.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
-        if int(app.config["HSTS_SECONDS"]) > 0:
-            h.setdefault("Strict-Transport-Security", f"max-age={int(app.config['HSTS_SECONDS'])}")
+        for name, value in headers:
+            h.setdefault(name, value)
         if resp.mimetype == "text/html" or request.blueprint in ("auth", "api"):
             h.setdefault("Cache-Control", "no-store")
         return resp

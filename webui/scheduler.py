@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from functools import cached_property
 from typing import Any
 from typing import Protocol
 
@@ -139,17 +140,38 @@ def resolve_addresses(name: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class ClusterState:
+    """One snapshot of the scheduler, shared by every request until the next refresh.
+
+    Views derived from it (jobs by id and by user, GPU usage) are computed once per snapshot, on first use,
+    and kept on it: a refresh makes a new snapshot, so they never outlive the data they were computed from.
+    They are shared by all requests (and threads) and must not be modified.
+    """
+
     jobs: tuple[Job, ...] = ()
     nodes: tuple[Node, ...] = ()
     partitions: tuple[Partition, ...] = ()
     fetched_at: float = 0.0
     error: str | None = None  # set when the last refresh failed; data is then the last good copy
 
+    @cached_property
+    def _jobs_by_id(self) -> dict[int, Job]:
+        by_id: dict[int, Job] = {}
+        for j in self.jobs:
+            by_id.setdefault(j.job_id, j)
+        return by_id
+
+    @cached_property
+    def _jobs_by_user(self) -> dict[str, tuple[Job, ...]]:
+        by_user: dict[str, list[Job]] = {}
+        for j in self.jobs:
+            by_user.setdefault(j.user, []).append(j)
+        return {user: tuple(jobs) for user, jobs in by_user.items()}
+
     def jobs_of(self, user: str) -> list[Job]:
-        return [j for j in self.jobs if j.user == user]
+        return list(self._jobs_by_user.get(user, ()))
 
     def job(self, job_id: int) -> Job | None:
-        return next((j for j in self.jobs if j.job_id == job_id), None)
+        return self._jobs_by_id.get(job_id)
 
     def node_names_for(self, names: Sequence[str]) -> set[str]:
         """Names, addresses and hostnames of the given nodes (what a job may publish as host).
@@ -175,7 +197,11 @@ class ClusterState:
         return max((n.gpus_total for n in nodes if n.usable), default=0)
 
     def gpu_usage(self) -> dict[str, list[dict[str, Any]]]:
-        """Free/used/queued GPUs per node and per partition."""
+        """Free/used/queued GPUs per node and per partition (computed once per snapshot; do not modify)."""
+        return self._gpu_usage
+
+    @cached_property
+    def _gpu_usage(self) -> dict[str, list[dict[str, Any]]]:
         queued: dict[str, int] = {}
         for j in self.jobs:
             if j.state == "PENDING":
@@ -363,24 +389,34 @@ class StateCache:
             self._stamp = -self.ttl - 1.0
 
 
-class _TTLMap:
-    def __init__(self, ttl: float):
+class TTLMap:
+    """Values kept for ``ttl`` seconds (or the ``ttl`` given to :meth:`put`), thread-safe.
+
+    At most 4096 keys: beyond that it starts over.
+    """
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic):
         self.ttl = ttl
+        self._clock = clock
         self._lock = threading.Lock()
-        self._data: dict[Any, tuple[float, Any]] = {}
+        self._data: dict[Any, tuple[float, Any]] = {}  # key -> (expires at, value)
 
     def get(self, key: Any) -> tuple[bool, Any]:
         with self._lock:
             hit = self._data.get(key)
-            if hit and time.monotonic() - hit[0] < self.ttl:
+            if hit and self._clock() < hit[0]:
                 return True, hit[1]
             return False, None
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: Any, value: Any, ttl: float | None = None) -> None:
         with self._lock:
             if len(self._data) > 4096:
                 self._data.clear()
-            self._data[key] = (time.monotonic(), value)
+            self._data[key] = (self._clock() + (self.ttl if ttl is None else ttl), value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
 
 
 # --- carme_runtime adapter ----------------------------------------------------
@@ -459,8 +495,8 @@ class SlurmScheduler:
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
         self.cache = StateCache(self._fetch, cache_seconds)
-        self._quota = _TTLMap(quota_cache_seconds)
-        self._probes = _TTLMap(probe_cache_seconds)
+        self._quota = TTLMap(quota_cache_seconds)
+        self._probes = TTLMap(probe_cache_seconds)
 
     def _fetch(self) -> ClusterState:
         jobs = self.client.jobs(self.service_user)

@@ -22,6 +22,7 @@ from flask import redirect
 from flask import request
 from flask import session
 from flask import url_for
+from sqlalchemy import bindparam
 from sqlalchemy import select
 from werkzeug.exceptions import BadRequest
 
@@ -55,6 +56,11 @@ def get_user(username: str, *, create: bool = False) -> User | None:
     return user
 
 
+# What every logged-in request checks, read fresh from the database each time (a bumped session_version or a
+# lock ends open sessions at once): two columns, no ORM object, and a statement built once.
+_LOGIN_STATE = select(User.session_version, User.locked_until).where(User.username == bindparam("username"))
+
+
 def current_user() -> CurrentUser | None:
     """The fully logged-in user (password and TOTP), or None."""
     if "carme_user" in g:
@@ -63,8 +69,8 @@ def current_user() -> CurrentUser | None:
     result: CurrentUser | None = None
     name = session.get("user")
     if isinstance(name, str):
-        user = get_user(name)
-        if user is not None and user.session_version == session.get("ver") and not is_locked(user):
+        row = db.session.execute(_LOGIN_STATE, {"username": name}).one_or_none()
+        if row is not None and row.session_version == session.get("ver") and not _locked(row.locked_until):
             result = CurrentUser(username=name, is_admin=bool(session.get("admin")))
         else:
             session.clear()
@@ -108,8 +114,11 @@ def audit(action: str, target: str = "", **details: Any) -> None:
 
 
 def is_locked(user: User, now: dt.datetime | None = None) -> bool:
-    now = now or utcnow()
-    return user.locked_until is not None and user.locked_until > now
+    return _locked(user.locked_until, now)
+
+
+def _locked(locked_until: dt.datetime | None, now: dt.datetime | None = None) -> bool:
+    return locked_until is not None and locked_until > (now or utcnow())
 
 
 def backoff_remaining(user: User, now: dt.datetime | None = None) -> float:

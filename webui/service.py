@@ -5,12 +5,16 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from typing import TypeVar
 
 from flask import abort
 from flask import current_app
+from sqlalchemy import Row
+from sqlalchemy import bindparam
 from sqlalchemy import select
 from werkzeug.exceptions import BadRequest
 
@@ -19,6 +23,7 @@ from carme_runtime.sessions import SessionLimits
 from webui import forms
 from webui.extensions import db
 from webui.models import ImageCatalog
+from webui.models import News
 from webui.models import PortalSession
 from webui.models import QuotaPolicy
 from webui.models import utcnow
@@ -28,12 +33,15 @@ from webui.scheduler import Job
 from webui.scheduler import Scheduler
 from webui.scheduler import SessionInvalid
 from webui.scheduler import SessionSpec
+from webui.scheduler import TTLMap
 from webui.scheduler import load_apps
 from webui.scheduler import readiness_path
 from webui.security import CurrentUser
 from webui.security import audit
 from webui.slurm import SlurmError
 from webui.slurm import SlurmUnavailable
+
+T = TypeVar("T")
 
 TERMINAL = frozenset(
     {
@@ -55,6 +63,23 @@ def scheduler() -> Scheduler:
     return sched
 
 
+def view_cache() -> TTLMap:
+    """What the dashboard shows and admins rarely change, kept per worker: the news for
+    ``SCHEDULER_CACHE_SECONDS``, a user's quota policy for ``QUOTA_CACHE_SECONDS`` (as the GPU-hours it is shown
+    with). The admin views clear it when they change either; decisions (start, limits) never read it."""
+    cache: TTLMap = current_app.extensions["carme_view_cache"]
+    return cache
+
+
+def _cached(key: tuple[Any, ...], compute: Callable[[], T], ttl: float | None = None) -> T:
+    hit, value = view_cache().get(key)
+    if hit:
+        return value  # type: ignore[no-any-return]
+    value = compute()
+    view_cache().put(key, value, ttl)
+    return value
+
+
 def proxy_path(job_id: int) -> str:
     return f"/proxy/{job_id}/"
 
@@ -68,10 +93,25 @@ class Policy:
     source: str
 
 
-def effective_policy(username: str) -> Policy:
-    rows = db.session.execute(
-        select(QuotaPolicy).where((QuotaPolicy.username == username) | (QuotaPolicy.username.is_(None)))
-    ).scalars()
+# Built once, bound per call: the user's own policy row and the default row (columns, no ORM objects).
+_POLICY_ROWS = select(
+    QuotaPolicy.username,
+    QuotaPolicy.gpu_hours_per_month,
+    QuotaPolicy.max_gpus_per_session,
+    QuotaPolicy.max_sessions,
+    QuotaPolicy.max_time_minutes,
+).where((QuotaPolicy.username == bindparam("username")) | (QuotaPolicy.username.is_(None)))
+
+
+def effective_policy(username: str, *, cached: bool = False) -> Policy:
+    """The user's quota policy (their own row, else the default row, else the settings).
+
+    ``cached``: for display only, may be ``QUOTA_CACHE_SECONDS`` old (see :func:`view_cache`).
+    """
+    if cached:
+        ttl = float(current_app.config["QUOTA_CACHE_SECONDS"])
+        return _cached(("policy", username), lambda: effective_policy(username), ttl)
+    rows = db.session.execute(_POLICY_ROWS, {"username": username})
     by_name = {r.username: r for r in rows}
     row = by_name.get(username) or by_name.get(None)
     if row is not None:
@@ -97,8 +137,8 @@ def month_start(now: dt.datetime | None = None) -> dt.datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def quota_view(username: str) -> dict[str, Any]:
-    policy = effective_policy(username)
+def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
+    policy = effective_policy(username, cached=cached)
     used = scheduler().gpu_hours_used(username, month_start())
     return {
         "used_gpu_hours": None if used is None else round(used, 2),
@@ -108,6 +148,22 @@ def quota_view(username: str) -> dict[str, Any]:
         else min(100, round(100 * used / policy.gpu_hours_per_month)),
         "policy": policy,
     }
+
+
+# --- news ---------------------------------------------------------------------------
+
+# Built once: the columns the dashboard shows, no ORM objects.
+_LATEST_NEWS = (
+    select(News.title, News.body, News.author, News.created_at)
+    .where(News.published.is_(True))
+    .order_by(News.created_at.desc())
+    .limit(5)
+)
+
+
+def latest_news() -> list[Row[tuple[str, str, str, dt.datetime]]]:
+    """The five newest published items, for display (may be ``SCHEDULER_CACHE_SECONDS`` old)."""
+    return _cached(("news",), lambda: list(db.session.execute(_LATEST_NEWS)))
 
 
 # --- catalogue and form choices --------------------------------------------------
@@ -261,14 +317,15 @@ def get_portal_session(job_id: int) -> PortalSession | None:
     ).scalar_one_or_none()
 
 
+_OPEN_SESSIONS_OF = (
+    select(PortalSession)
+    .where(PortalSession.owner == bindparam("owner"), PortalSession.ended_at.is_(None))
+    .order_by(PortalSession.created_at.desc())
+)
+
+
 def my_portal_sessions(username: str) -> list[PortalSession]:
-    return list(
-        db.session.execute(
-            select(PortalSession)
-            .where(PortalSession.owner == username, PortalSession.ended_at.is_(None))
-            .order_by(PortalSession.created_at.desc())
-        ).scalars()
-    )
+    return list(db.session.execute(_OPEN_SESSIONS_OF, {"owner": username}).scalars())
 
 
 def stop_session(user: CurrentUser, job_id: int) -> PortalSession:

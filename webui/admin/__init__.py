@@ -83,6 +83,7 @@ def news() -> Any:
         db.session.flush()
         audit("admin.news.create", str(item.id), title=title)
         db.session.commit()
+        service.view_cache().clear()
         flash("News published.")
         return redirect(url_for("admin.news"))
     items = db.session.execute(select(News).order_by(News.created_at.desc())).scalars()
@@ -97,6 +98,7 @@ def news_delete(news_id: int) -> Response:
     audit("admin.news.delete", str(news_id), title=item.title)
     db.session.delete(item)
     db.session.commit()
+    service.view_cache().clear()
     flash("News deleted.")
     return redirect(url_for("admin.news"))
 
@@ -174,6 +176,7 @@ def quota() -> Any:
         db.session.add(row)
         audit("admin.quota.save", key or "(default)", **values)
         db.session.commit()
+        service.view_cache().clear()
         flash("Quota policy saved.")
         return redirect(url_for("admin.quota"))
     rows = db.session.execute(select(QuotaPolicy).order_by(QuotaPolicy.username)).scalars()
@@ -189,6 +192,7 @@ def quota_delete(row_id: int) -> Response:
     audit("admin.quota.delete", row.username or "(default)")
     db.session.delete(row)
     db.session.commit()
+    service.view_cache().clear()
     return redirect(url_for("admin.quota"))
 
 

@@ -5,16 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
+from flask import current_app
 from flask import render_template
-from sqlalchemy import select
+from markupsafe import Markup
 
 from webui import service
-from webui.extensions import db
-from webui.models import News
+from webui.scheduler import ClusterState
 from webui.security import current_user
 from webui.security import login_required
 
 bp = Blueprint("dashboard", __name__)
+
+
+def usage_card(state: ClusterState) -> Markup:
+    """The cluster GPU card, the same for every user: rendered once per scheduler snapshot.
+
+    The snapshot is shared until the scheduler cache refreshes, which makes a new one, so the card is rendered
+    again (at most once per refresh and worker, however many users load the page).
+    """
+    cached: tuple[ClusterState, Markup] | None = current_app.extensions.get("carme_usage_card")
+    if cached is not None and cached[0] is state:
+        return cached[1]
+    card = Markup(render_template("dashboard/_usage.html", usage=state.gpu_usage()))  # autoescaped HTML
+    current_app.extensions["carme_usage_card"] = (state, card)  # one tuple: a thread sees the old pair or the new
+    return card
 
 
 @bp.route("/")
@@ -26,15 +40,12 @@ def index() -> Any:
     sessions = service.session_views(state, service.my_portal_sessions(user.username))
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
-    news = db.session.execute(
-        select(News).where(News.published.is_(True)).order_by(News.created_at.desc()).limit(5)
-    ).scalars()
     return render_template(
         "dashboard/index.html",
         state=state,
         sessions=sessions,
         other_jobs=other_jobs,
-        usage=state.gpu_usage(),
-        quota=service.quota_view(user.username),
-        news=list(news),
+        usage_card=usage_card(state),
+        quota=service.quota_view(user.username, cached=True),
+        news=service.latest_news(),
     )

@@ -1,0 +1,185 @@
+"""The dashboard's caches: what is computed once per scheduler snapshot, what is kept per worker, what never is."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from flask import Flask
+
+from webui import service
+from webui.dashboard import usage_card
+from webui.extensions import db
+from webui.models import News
+from webui.models import QuotaPolicy
+from webui.models import User
+from webui.scheduler import ClusterState
+from webui.scheduler import Job
+from webui.scheduler import Node
+from webui.scheduler import Partition
+from webui.scheduler import StateCache
+from webui.scheduler import TTLMap
+
+from .conftest import FakeScheduler
+from .conftest import log_in_as
+from .conftest import post
+
+
+def node(name: str, used: int, total: int = 4, state: str = "mixed") -> Node:
+    return Node(name=name, state=state, gpus_total=total, gpus_used=used, partitions=("gpu",))
+
+
+def snapshot(used: int) -> ClusterState:
+    return ClusterState(
+        jobs=(
+            Job(job_id=1, user="alice", name="a", state="RUNNING", partition="gpu", gpus=1),
+            Job(job_id=2, user="bob", name="b", state="PENDING", partition="gpu", gpus=2),
+            Job(job_id=3, user="alice", name="c", state="PENDING", partition="gpu", gpus=1),
+        ),
+        nodes=(node("n1", used), node("n2", 0, state="down")),
+        partitions=(Partition(name="gpu", nodes=("n1", "n2"), max_time_minutes=60, state="up"),),
+        fetched_at=1.0,
+    )
+
+
+def test_derived_views_are_computed_once_per_snapshot() -> None:
+    state = snapshot(used=1)
+    usage = state.gpu_usage()
+    assert state.gpu_usage() is usage  # the same object for every request that sees this snapshot
+    assert usage["partitions"] == [{"name": "gpu", "state": "up", "total": 8, "used": 1, "free": 3, "queued": 3}]
+    assert [n["free"] for n in usage["nodes"]] == [3, 0]  # a down node offers nothing
+    assert [j.job_id for j in state.jobs_of("alice")] == [1, 3]
+    assert state.jobs_of("nobody") == []
+    bob = state.job(2)
+    assert bob is not None and bob.user == "bob"
+    assert state.job(99) is None
+
+
+def test_derived_views_follow_a_cache_refresh() -> None:
+    used = {"n": 1}
+    now = {"t": 0.0}
+    cache = StateCache(lambda: snapshot(used["n"]), ttl=2.0, clock=lambda: now["t"])
+    first = cache.get()
+    assert first.gpu_usage()["partitions"][0]["used"] == 1
+    used["n"] = 3
+    assert cache.get() is first  # within the cache interval: the same snapshot and views
+    now["t"] = 2.5
+    second = cache.get()
+    assert second is not first
+    assert second.gpu_usage()["partitions"][0]["used"] == 3
+    assert first.gpu_usage()["partitions"][0]["used"] == 1  # an old snapshot keeps its own views
+
+
+def test_usage_card_is_rendered_once_per_snapshot(app: Flask) -> None:
+    with app.test_request_context("/"):
+        one, two = snapshot(used=1), snapshot(used=2)
+        card = usage_card(one)
+        assert usage_card(one) is card
+        new_card = usage_card(two)
+        assert new_card is not card and new_card != card
+        assert "<td>n1</td><td>mixed</td><td>2</td><td>2</td><td>4</td>" in new_card
+
+
+def card_rows(page: str) -> list[tuple[str, str, str]]:
+    """(name, free, used) of each node row in the cluster GPU card."""
+    return re.findall(r"<tr><td>(gpu01)</td><td>\w+</td><td>(\d+)</td><td>(\d+)</td>", page)
+
+
+def test_dashboard_shows_the_new_state_after_a_refresh(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    log_in_as(app, client, "alice")
+    assert card_rows(client.get("/").get_data(as_text=True)) == [("gpu01", "2", "0")]
+    fake_scheduler.nodes[0] = Node(name="gpu01", state="mixed", gpus_total=2, gpus_used=1, partitions=("gpu",))
+    assert card_rows(client.get("/").get_data(as_text=True)) == [("gpu01", "1", "1")]
+
+
+def test_session_version_and_lock_are_checked_on_every_request(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    assert client.get("/").status_code == 200
+    with app.app_context():
+        db.session.query(User).filter_by(username="alice").one().session_version += 1
+        db.session.commit()
+    resp = client.get("/")
+    assert resp.status_code == 302 and "/auth/login" in resp.headers["Location"]
+    log_in_as(app, client, "alice")
+    assert client.get("/").status_code == 200
+    with app.app_context():
+        user = db.session.query(User).filter_by(username="alice").one()
+        user.locked_until = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+        db.session.commit()
+    assert client.get("/").status_code == 302
+
+
+def test_ttl_map_expires_per_key() -> None:
+    now = {"t": 0.0}
+    cache = TTLMap(2.0, clock=lambda: now["t"])
+    cache.put("short", 1)
+    cache.put("long", 2, ttl=60.0)
+    now["t"] = 1.9
+    assert cache.get("short") == (True, 1)
+    now["t"] = 2.0
+    assert cache.get("short") == (False, None)
+    assert cache.get("long") == (True, 2)
+    cache.clear()
+    assert cache.get("long") == (False, None)
+
+
+def test_admin_news_shows_at_once_and_other_workers_follow_within_the_interval(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "carol", admin=True)
+    assert "First news" not in client.get("/").get_data(as_text=True)  # the (empty) news list is now cached
+    assert post(client, "/admin/news", {"title": "First news", "body": "b"}).status_code == 302
+    assert "First news" in client.get("/").get_data(as_text=True)  # this worker cleared its cache
+    with app.app_context():  # as another worker would: the row changes, this worker's cache does not know
+        db.session.add(News(title="Second news", body="b", author="carol", published=True))
+        db.session.commit()
+    assert "Second news" not in client.get("/").get_data(as_text=True)
+    app.extensions["carme_view_cache"].clear()  # what the end of the interval does
+    assert "Second news" in client.get("/").get_data(as_text=True)
+
+
+def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    assert "up to 4 GPUs" in client.get("/").get_data(as_text=True)  # the built-in default, now cached
+    with app.app_context():  # another worker's admin sets alice's policy
+        db.session.add(
+            QuotaPolicy(
+                username="alice", gpu_hours_per_month=10, max_gpus_per_session=1, max_sessions=1, max_time_minutes=30
+            )
+        )
+        db.session.commit()
+        with app.test_request_context("/"):
+            assert service.effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
+            assert service.effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
+    form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
+    resp = post(client, "/sessions/new", form)
+    assert resp.status_code == 400 and "gpus: must be between 0 and 1" in resp.get_data(as_text=True)
+    log_in_as(app, client, "carol", admin=True)
+    policy = {"gpu_hours_per_month": "10", "max_gpus_per_session": "2", "max_sessions": "1", "max_time_minutes": "30"}
+    assert post(client, "/admin/quota", {"username": "alice", **policy}).status_code == 302
+    log_in_as(app, client, "alice")
+    assert "up to 2 GPUs" in client.get("/").get_data(as_text=True)  # an admin change clears the cache
+
+
+def session_cookie(resp: Any) -> str | None:
+    return next((v for v in resp.headers.getlist("Set-Cookie") if v.startswith("carme_session=")), None)
+
+
+def test_session_cookie_is_reissued_when_changed_or_old(app: Flask, client: Any, monkeypatch: Any) -> None:
+    log_in_as(app, client, "alice")
+    with client.session_transaction() as sess:
+        sess.permanent = True  # as auth.totp leaves it
+    first = client.get("/")
+    assert session_cookie(first) is not None  # the CSRF token was added: changed
+    assert session_cookie(client.get("/")) is None  # unchanged and just signed: nothing to send
+    monkeypatch.setattr("webui.session_cookie.REFRESH_AFTER_SECONDS", 0.0)
+    again = session_cookie(client.get("/"))
+    assert again is not None and "Expires=" in again  # old enough: re-signed, the lifetime slides
+
+
+def test_tampered_session_cookie_is_refused(app: Flask, client: Any) -> None:
+    log_in_as(app, client, "alice")
+    cookie = client.get_cookie("carme_session")
+    assert cookie is not None
+    client.set_cookie("carme_session", cookie.value[:-2] + ("AA" if cookie.value[-2:] != "AA" else "BB"))
+    resp = client.get("/")
+    assert resp.status_code == 302 and "/auth/login" in resp.headers["Location"]
