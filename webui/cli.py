@@ -21,13 +21,13 @@ from webui.models import utcnow
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-
 def _user_or_fail(username: str) -> User:
     """The portal's record of USERNAME, or a CLI error naming it."""
     user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
     if user is None:
         raise click.ClickException(f"no such user: {username}")
     return user
+
 
 def alembic_config() -> Config:
     cfg = Config()

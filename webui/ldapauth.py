@@ -93,9 +93,7 @@ def authenticate(config: Mapping[str, Any], username: str, password: str) -> Lda
             if not conn.bind():
                 if conn.result and conn.result.get("result") == 49:  # invalidCredentials
                     return None
-                raise LdapUnavailable(
-                    f"bind failed: {conn.result.get('description') if conn.result else '?'}"
-                )
+                raise LdapUnavailable(f"bind failed: {conn.result.get('description') if conn.result else '?'}")
         except LDAPException as exc:
             raise LdapUnavailable(str(exc)) from exc
         groups = _groups(config, conn, username)

@@ -119,7 +119,6 @@ class Partition:
     is_default: bool = False
 
 
-
 _RESOLVED: dict[str, tuple[float, frozenset[str]]] = {}
 _RESOLVE_TTL_S = 60.0
 
@@ -137,6 +136,7 @@ def resolve_addresses(name: str) -> frozenset[str]:
         addrs = frozenset()
     _RESOLVED[name] = (now, addrs)
     return addrs
+
 
 @dataclass(frozen=True)
 class ClusterState:
@@ -346,9 +346,7 @@ class StateCache:
     keeps the last good data, flagged with the error.
     """
 
-    def __init__(
-        self, fetch: Callable[[], ClusterState], ttl: float, clock: Callable[[], float] = time.monotonic
-    ):
+    def __init__(self, fetch: Callable[[], ClusterState], ttl: float, clock: Callable[[], float] = time.monotonic):
         self._fetch = fetch
         self.ttl = ttl
         self._clock = clock
@@ -448,9 +446,7 @@ def readiness_path(app: AppSpec, job_id: int) -> str:
         return base_url
 
 
-def build_payload(
-    spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], limits: SessionLimits
-) -> dict[str, Any]:
+def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], limits: SessionLimits) -> dict[str, Any]:
     """Validate with carme_runtime and build the slurmrestd submit body."""
     app = apps.get(spec.app)
     if app is None:

@@ -48,9 +48,7 @@ def valid_username(name: str) -> bool:
 def get_user(username: str, *, create: bool = False) -> User | None:
     user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
     if user is None and create:
-        user = User(
-            username=username, totp_confirmed=False, totp_last_step=0, failed_logins=0, session_version=1
-        )
+        user = User(username=username, totp_confirmed=False, totp_last_step=0, failed_logins=0, session_version=1)
         db.session.add(user)
         db.session.flush()
     return user
@@ -205,9 +203,7 @@ def new_totp_secret() -> str:
 
 
 def provisioning_svg(user: User) -> str:
-    uri = totp_for(user).provisioning_uri(
-        name=user.username, issuer_name=str(current_app.config["TOTP_ISSUER"])
-    )
+    uri = totp_for(user).provisioning_uri(name=user.username, issuer_name=str(current_app.config["TOTP_ISSUER"]))
     qr = segno.make(uri, error="m")
     svg: str = qr.svg_inline(scale=4, border=2, dark="#000", light="#fff", omitsize=False)
     return svg

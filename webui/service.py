@@ -242,20 +242,14 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
 
     active = [
-        ps
-        for ps in my_portal_sessions(user.username)
-        if (job := state.job(ps.job_id)) is not None and job.active
+        ps for ps in my_portal_sessions(user.username) if (job := state.job(ps.job_id)) is not None and job.active
     ]
     if len(active) >= limits["max_sessions"]:
-        raise forms.FieldError(
-            "app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}"
-        )
+        raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}")
     if gpus > 0:
         quota = quota_view(user.username)
         if quota["used_gpu_hours"] is not None and quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
-            raise forms.FieldError(
-                "gpus", "your GPU-hour quota for this month is used up; start a CPU-only session"
-            )
+            raise forms.FieldError("gpus", "your GPU-hour quota for this month is used up; start a CPU-only session")
 
     cfg = current_app.config
     runtime_limits = SessionLimits(
@@ -312,9 +306,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
 
 
 def get_portal_session(job_id: int) -> PortalSession | None:
-    return db.session.execute(
-        select(PortalSession).where(PortalSession.job_id == job_id)
-    ).scalar_one_or_none()
+    return db.session.execute(select(PortalSession).where(PortalSession.job_id == job_id)).scalar_one_or_none()
 
 
 _OPEN_SESSIONS_OF = (
@@ -360,9 +352,7 @@ def _valid_endpoint(state: ClusterState, job: Job) -> Endpoint | None:
     return ep
 
 
-def session_views(
-    state: ClusterState, records: list[PortalSession], *, probe: bool = True
-) -> list[dict[str, Any]]:
+def session_views(state: ClusterState, records: list[PortalSession], *, probe: bool = True) -> list[dict[str, Any]]:
     now = time.time()
     out = []
     changed = False
@@ -384,8 +374,7 @@ def session_views(
         if job.state == "RUNNING" and spec is not None:
             ep = _valid_endpoint(state, job)
             ready = ep is not None and (
-                not probe
-                or scheduler().app_answers(ep, readiness_path(spec, ps.job_id), spec.proxy_headers(ps.secret))
+                not probe or scheduler().app_answers(ep, readiness_path(spec, ps.job_id), spec.proxy_headers(ps.secret))
             )
         out.append(
             {
@@ -402,9 +391,7 @@ def session_views(
                 "ready": ready,
                 "connect_url": proxy_path(ps.job_id) if ready else None,
                 # Password apps (code-server) ask the owner for the session password at first connect.
-                "password": ps.secret
-                if ready and spec is not None and spec.secret_mode == "password"
-                else None,
+                "password": ps.secret if ready and spec is not None and spec.secret_mode == "password" else None,
             }
         )
     if changed:

@@ -152,9 +152,7 @@ class SlurmClient:
         self.queries = 0  # requests issued, for the benchmark
         self._count_lock = threading.Lock()
 
-    def request(
-        self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
+    def request(self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         try:
             token = self.tokens.token(user)
         except TokenRefused as exc:
@@ -186,13 +184,9 @@ class SlurmClient:
             doc = {}
         errors = [e for e in doc.get("errors") or [] if e]
         if status in (401, 403):
-            raise SlurmError(
-                "Slurm refused the portal's credentials for this action.", status=status, errors=errors
-            )
+            raise SlurmError("Slurm refused the portal's credentials for this action.", status=status, errors=errors)
         if status >= 500 and not errors:
-            raise SlurmUnavailable(
-                f"The scheduler answered with HTTP {status}; try again shortly.", status=status
-            )
+            raise SlurmUnavailable(f"The scheduler answered with HTTP {status}; try again shortly.", status=status)
         if status >= 400 or errors:
             raise SlurmError(f"Slurm reported: {_error_text(errors)}", status=status, errors=errors)
         return doc

@@ -53,9 +53,7 @@ def index() -> Any:
     state = service.scheduler().state()
     records = list(
         db.session.execute(
-            select(PortalSession)
-            .where(PortalSession.ended_at.is_(None))
-            .order_by(PortalSession.created_at.desc())
+            select(PortalSession).where(PortalSession.ended_at.is_(None)).order_by(PortalSession.created_at.desc())
         ).scalars()
     )
     sessions = service.session_views(state, records, probe=False)
@@ -118,9 +116,7 @@ def images() -> Any:
         for app in apps:
             if not re.fullmatch(APP, app):
                 raise forms.FieldError("allowed_apps", f"{app!r} is not a valid app name")
-        existing = db.session.execute(
-            select(ImageCatalog).where(ImageCatalog.name == name)
-        ).scalar_one_or_none()
+        existing = db.session.execute(select(ImageCatalog).where(ImageCatalog.name == name)).scalar_one_or_none()
         entry = existing or ImageCatalog(name=name)
         entry.image, entry.kind, entry.description, entry.allowed_apps, entry.enabled = (
             image,
@@ -166,9 +162,7 @@ def quota() -> Any:
         }
         key = username or None
         row = db.session.execute(
-            select(QuotaPolicy).where(
-                QuotaPolicy.username.is_(None) if key is None else QuotaPolicy.username == key
-            )
+            select(QuotaPolicy).where(QuotaPolicy.username.is_(None) if key is None else QuotaPolicy.username == key)
         ).scalar_one_or_none()
         row = row or QuotaPolicy(username=key)
         for attr, value in values.items():
@@ -211,9 +205,7 @@ def _user_or_404(username: str) -> User:
 @bp.route("/users")
 def users() -> Any:
     rows = db.session.execute(
-        select(User)
-        .where(User.last_login_at.is_not(None) | User.locked_until.is_not(None))
-        .order_by(User.username)
+        select(User).where(User.last_login_at.is_not(None) | User.locked_until.is_not(None)).order_by(User.username)
     ).scalars()
     return render_template("admin/users.html", users=list(rows), now=utcnow())
 
@@ -245,7 +237,5 @@ def unlock(username: str) -> Response:
 
 @bp.route("/audit")
 def audit_log() -> Any:
-    rows = db.session.execute(
-        select(AuditLog).order_by(AuditLog.time.desc(), AuditLog.id.desc()).limit(200)
-    ).scalars()
+    rows = db.session.execute(select(AuditLog).order_by(AuditLog.time.desc(), AuditLog.id.desc()).limit(200)).scalars()
     return render_template("admin/audit.html", rows=list(rows))

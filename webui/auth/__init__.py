@@ -140,9 +140,7 @@ def totp() -> Any:
     if enrolling:
         user.totp_confirmed = True
         db.session.add(
-            AuditLog(
-                actor=user.username, action="totp.enrol", target=user.username, details={}, time=utcnow()
-            )
+            AuditLog(actor=user.username, action="totp.enrol", target=user.username, details={}, time=utcnow())
         )
     record_success(user)
     next_url = _safe_next(str(pending.get("next") or ""))
