@@ -10,7 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS ?= $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml))
 MOLECULE_LOCK := /tmp/carme-molecule.lock
 
-.PHONY: demo demo-down demo-status deploy test lint unit molecule host image venv bench clean
+.PHONY: demo demo-down demo-status deploy test lint unit molecule e2e host image venv bench clean
 
 demo: host venv image ## bring up the embedded demo cluster and deploy site.yml on it
 	carme demo up
@@ -24,7 +24,7 @@ demo-status: venv
 deploy: venv ## deploy site.yml on the default inventory
 	carme deploy
 
-test: host venv image lint unit molecule ## everything CI runs
+test: host venv image lint unit molecule e2e ## everything CI runs
 
 host:
 	bash scripts/host-setup.sh
@@ -47,7 +47,10 @@ lint: venv
 	mypy
 
 unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, slapd; needs root)
-	pytest
+	pytest -m "not e2e"
+
+e2e: demo ## the browser end-to-end tests against the demo (brought up first); a missing demo fails, never skips
+	CARME_E2E_REQUIRED=1 flock $(MOLECULE_LOCK) pytest -m e2e tests/e2e
 
 molecule: venv image ## every Molecule scenario, one after another
 	for s in $(SCENARIOS); do

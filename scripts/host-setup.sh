@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Prepare this machine (Debian 12, root) to run the Carme test bed and demo: podman with runc, debootstrap.
+# Prepare this machine (Debian 12, root) to run the Carme test bed and demo: podman with runc, debootstrap, and
+# Debian's chromium for the browser end-to-end tests (Playwright drives it; no browser download).
 # Idempotent and quick when everything is in place. Called by `make demo`, `make test` and .ci/run.
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap uidmap make; do
+for pkg in podman runc debootstrap uidmap make chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
