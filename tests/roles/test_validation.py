@@ -99,3 +99,30 @@ def test_example_inventory_passes_the_slurm_checks() -> None:
         argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+
+
+def test_a_site_with_its_own_ldap_needs_no_ldap_server_variables(tmp_path: Path) -> None:
+    """Each host is checked against the roles its groups run: no ldap_server host, no ldap_server_* variables."""
+    inv = _inventory(tmp_path)
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    hosts["all"]["children"]["carme"]["children"]["ldap_server"] = {"hosts": {}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    ldap_file = inv / "group_vars" / "all" / "ldap.yml"
+    ldap = {k: v for k, v in yaml.safe_load(ldap_file.read_text()).items() if not k.startswith("ldap_server_")}
+    ldap["ldap_client_uris"] = ["ldaps://ldap.site.example"]
+    ldap["ldap_users_bind_password"] = "not-used-without-an-ldap-server-host"
+    ldap_file.write_text(yaml.safe_dump(ldap, sort_keys=False))
+    portal_file = inv / "group_vars" / "all" / "portal.yml"
+    portal = yaml.safe_load(portal_file.read_text())
+    portal["carme_webui_ldap_uri"] = "ldaps://ldap.site.example"
+    portal["carme_webui_ldap_start_tls"] = False
+    portal_file.write_text(yaml.safe_dump(portal, sort_keys=False))
+    result = _validate(inv)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+
+    # The same inventory with head back in ldap_server: now the server's required variables are checked.
+    hosts["all"]["children"]["carme"]["children"]["ldap_server"] = {"hosts": {"head": None}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    result = _validate(inv)
+    assert result.returncode != 0
+    assert "ldap_server_base_dn" in result.stdout + result.stderr
