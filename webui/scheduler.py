@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import random
 import re
 import socket
 import threading
@@ -390,11 +391,14 @@ class StateCache:
 class TTLMap:
     """Values kept for ``ttl`` seconds (or the ``ttl`` given to :meth:`put`), thread-safe.
 
+    ``jitter``: each value is kept between ``(1 - jitter) * ttl`` and ``ttl``, at random, so values stored at the same
+    moment (every user's quota after a restart) do not all expire, and get fetched again, at the same moment.
     At most 4096 keys: beyond that it starts over.
     """
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic, *, jitter: float = 0.0):
         self.ttl = ttl
+        self.jitter = jitter
         self._clock = clock
         self._lock = threading.Lock()
         self._data: dict[Any, tuple[float, Any]] = {}  # key -> (expires at, value)
@@ -410,7 +414,10 @@ class TTLMap:
         with self._lock:
             if len(self._data) > 4096:
                 self._data.clear()
-            self._data[key] = (self._clock() + (self.ttl if ttl is None else ttl), value)
+            keep = self.ttl if ttl is None else ttl
+            if self.jitter:
+                keep *= 1.0 - self.jitter * random.random()
+            self._data[key] = (self._clock() + keep, value)
 
     def clear(self) -> None:
         with self._lock:
@@ -491,7 +498,7 @@ class SlurmScheduler:
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
         self.cache = StateCache(self._fetch, cache_seconds)
-        self._quota = TTLMap(quota_cache_seconds)
+        self._quota = TTLMap(quota_cache_seconds, jitter=0.25)
         self._probes = TTLMap(probe_cache_seconds)
 
     def _fetch(self) -> ClusterState:

@@ -64,9 +64,11 @@ def scheduler() -> Scheduler:
 
 
 def view_cache() -> TTLMap:
-    """What the dashboard shows and admins rarely change, kept per worker: the news for
-    ``SCHEDULER_CACHE_SECONDS``, a user's quota policy for ``QUOTA_CACHE_SECONDS`` (as the GPU-hours it is shown
-    with). The admin views clear it when they change either; decisions (start, limits) never read it."""
+    """Per-worker cache of what the dashboard shows and admins rarely change.
+
+    The news for ``SCHEDULER_CACHE_SECONDS``, a user's quota policy for ``QUOTA_CACHE_SECONDS`` (like the GPU-hours
+    shown next to it). The admin views clear it when they change either; decisions (start, limits) never read it.
+    """
     cache: TTLMap = current_app.extensions["carme_view_cache"]
     return cache
 

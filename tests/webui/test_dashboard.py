@@ -124,6 +124,20 @@ def test_ttl_map_expires_per_key() -> None:
     assert cache.get("long") == (False, None)
 
 
+def test_ttl_map_jitter_spreads_expiry_below_the_ttl() -> None:
+    now = {"t": 0.0}
+    cache = TTLMap(60.0, clock=lambda: now["t"], jitter=0.25)
+    for user in range(200):
+        cache.put(user, user)
+    now["t"] = 44.9
+    assert all(cache.get(user)[0] for user in range(200))  # none before 0.75 * ttl
+    now["t"] = 53.0
+    alive = sum(cache.get(user)[0] for user in range(200))
+    assert 0 < alive < 200  # spread out, not all at once
+    now["t"] = 60.0
+    assert not any(cache.get(user)[0] for user in range(200))  # none after the ttl
+
+
 def test_admin_news_shows_at_once_and_other_workers_follow_within_the_interval(app: Flask, client: Any) -> None:
     log_in_as(app, client, "carol", admin=True)
     assert "First news" not in client.get("/").get_data(as_text=True)  # the (empty) news list is now cached
