@@ -254,7 +254,7 @@ class SessionSpec:
 
 
 class Scheduler(Protocol):
-    def state(self) -> ClusterState: ...
+    def state(self, max_age: float | None = None) -> ClusterState: ...
 
     def submit(self, spec: SessionSpec, secret: str) -> int: ...
 
@@ -357,10 +357,12 @@ class StateCache:
         self._refreshing = False
         self.refreshes = 0
 
-    def get(self) -> ClusterState:
+    def get(self, max_age: float | None = None) -> ClusterState:
+        """The cached state, refreshed when older than ``ttl`` (or than ``max_age`` when that is smaller)."""
+        limit = self.ttl if max_age is None else min(self.ttl, max_age)
         with self._cond:
             while True:
-                if self._state is not None and self._clock() - self._stamp < self.ttl:
+                if self._state is not None and self._clock() - self._stamp < limit:
                     return self._state
                 if not self._refreshing:
                     self._refreshing = True
@@ -512,8 +514,8 @@ class SlurmScheduler:
             fetched_at=time.time(),
         )
 
-    def state(self) -> ClusterState:
-        return self.cache.get()
+    def state(self, max_age: float | None = None) -> ClusterState:
+        return self.cache.get(max_age)
 
     def submit(self, spec: SessionSpec, secret: str) -> int:
         payload = build_payload(spec, secret, load_apps(self.app_dirs), spec.limits)

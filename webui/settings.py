@@ -74,6 +74,7 @@ SLURM_SERVICE_USER = "carme-portal"
 SLURM_ADMIN_USER = "carme-portal"
 SLURM_FORBIDDEN_USERS = ("root", "slurm")
 SCHEDULER_CACHE_SECONDS = 2.0
+PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not ready re-reads state at most this often
 QUOTA_CACHE_SECONDS = 60.0
 # Optional dotted path "module:callable" returning a webui.scheduler.Scheduler; tests inject fakes.
 SCHEDULER_FACTORY: str | None = None

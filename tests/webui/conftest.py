@@ -76,9 +76,7 @@ class FakeScheduler:
                 address="10.0.0.11",
             )
         ]
-        self.partitions = [
-            Partition(name="gpu", nodes=("gpu01",), max_time_minutes=480, state="up", is_default=True)
-        ]
+        self.partitions = [Partition(name="gpu", nodes=("gpu01",), max_time_minutes=480, state="up", is_default=True)]
         self.jobs: dict[int, Job] = {}
         self.submitted: list[tuple[SessionSpec, str, dict[str, Any]]] = []
         self.cancelled: list[tuple[int, str]] = []
@@ -87,13 +85,11 @@ class FakeScheduler:
         self.next_id = 1000
         self.queries = 0
 
-    def state(self) -> ClusterState:
+    def state(self, max_age: float | None = None) -> ClusterState:
         self.queries += 1
         if self.error:
             return ClusterState(error=self.error)
-        return ClusterState(
-            tuple(self.jobs.values()), tuple(self.nodes), tuple(self.partitions), fetched_at=1.0
-        )
+        return ClusterState(tuple(self.jobs.values()), tuple(self.nodes), tuple(self.partitions), fetched_at=1.0)
 
     def submit(self, spec: SessionSpec, secret: str) -> int:
         payload = build_payload(spec, secret, load_apps(()), spec.limits)  # the real carme_runtime payload
@@ -199,9 +195,7 @@ def app(base_config: dict[str, Any], fake_scheduler: FakeScheduler) -> Iterator[
 
 
 @pytest.fixture
-def ldap_app(
-    base_config: dict[str, Any], fake_scheduler: FakeScheduler, slapd_server: SlapdServer
-) -> Iterator[Flask]:
+def ldap_app(base_config: dict[str, Any], fake_scheduler: FakeScheduler, slapd_server: SlapdServer) -> Iterator[Flask]:
     application = make_app({**base_config, **slapd_server.portal_config(), "SCHEDULER": fake_scheduler})
     yield application
     with application.app_context():
@@ -256,9 +250,7 @@ def log_in_as(app: Flask, client: FlaskClient, username: str, *, admin: bool = F
         sess["ver"] = version
 
 
-def add_session(
-    app: Flask, sched: FakeScheduler, owner: str, *, running: bool = True, ready: bool = True
-) -> int:
+def add_session(app: Flask, sched: FakeScheduler, owner: str, *, running: bool = True, ready: bool = True) -> int:
     """A portal session owned by ``owner`` with its (fake) Slurm job."""
     sched.next_id += 1
     job_id = sched.next_id

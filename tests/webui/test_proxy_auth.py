@@ -6,9 +6,12 @@ from typing import Any
 
 from flask import Flask
 
+from webui.scheduler import ClusterState
+
 from .conftest import FakeScheduler
 from .conftest import add_session
 from .conftest import log_in_as
+from .conftest import make_app
 
 
 def auth(client: Any, uri: str) -> Any:
@@ -41,9 +44,7 @@ def test_bob_is_403_on_alices_job(app: Flask, client: Any, fake_scheduler: FakeS
     assert "X-Carme-Secret" not in resp.headers
 
 
-def test_admins_do_not_get_into_user_ides_by_default(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_admins_do_not_get_into_user_ides_by_default(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "carol", admin=True)
     assert auth(client, f"/proxy/{job_id}/lab").status_code == 403
@@ -83,9 +84,7 @@ def test_comment_pointing_outside_the_job_nodes_is_refused(
     assert auth(client, f"/proxy/{job_id}/").headers["X-Carme-Upstream"] == "gpu01:41234"
 
 
-def test_recycled_job_id_of_another_user_is_refused(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_recycled_job_id_of_another_user_is_refused(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     job = fake_scheduler.jobs[job_id]
     fake_scheduler.jobs[job_id] = type(job)(**{**job.__dict__, "user": "mallory"})
@@ -98,3 +97,36 @@ def test_scheduler_outage_keeps_nothing_open(app: Flask, client: Any, fake_sched
     fake_scheduler.error = "connection refused"
     log_in_as(app, client, "alice")
     assert auth(client, f"/proxy/{job_id}/").status_code == 503
+
+
+class StaleWorker(FakeScheduler):
+    """A gunicorn worker whose cached snapshot predates the session's readiness (another worker saw it ready)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stale: ClusterState | None = None
+        self.max_ages: list[float | None] = []
+
+    def state(self, max_age: float | None = None) -> ClusterState:
+        self.max_ages.append(max_age)
+        if max_age is None and self.stale is not None:
+            return self.stale
+        return super().state()
+
+
+def test_a_stale_snapshot_is_rechecked_before_refusing(base_config: dict[str, Any]) -> None:
+    sched = StaleWorker()
+    app = make_app({**base_config, "SCHEDULER": sched})
+    client = app.test_client()
+    job_id = add_session(app, sched, "alice", ready=False)
+    sched.stale = FakeScheduler.state(sched)  # this worker's snapshot: starting
+    sched.run(job_id, ready=True)  # what Slurm says now
+    log_in_as(app, client, "alice")
+    sched.max_ages.clear()
+    assert auth(client, f"/proxy/{job_id}/lab").status_code == 200
+    assert sched.max_ages == [None, app.config["PROXY_RECHECK_SECONDS"]]
+
+    sched.stale = None  # a snapshot that already says ready: no second look
+    sched.max_ages.clear()
+    assert auth(client, f"/proxy/{job_id}/lab").status_code == 200
+    assert sched.max_ages == [None]

@@ -54,9 +54,7 @@ def test_jwt_has_slurm_claims_and_verifies() -> None:
         decode_jwt(b"x" * 32, token)
 
 
-@pytest.mark.parametrize(
-    "name", ["root", "slurm", "Alice", "al ice", "alice;id", "$(id)", "", "a" * 40, "-x"]
-)
+@pytest.mark.parametrize("name", ["root", "slurm", "Alice", "al ice", "alice;id", "$(id)", "", "a" * 40, "-x"])
 def test_jwt_refused_for_privileged_or_unsafe_names(name: str) -> None:
     with pytest.raises(TokenRefused):
         mint_jwt(KEY, name)
@@ -270,6 +268,26 @@ def test_failed_refresh_keeps_last_data_and_recovers() -> None:
     assert cache.get().error is None
 
 
+def test_max_age_refreshes_a_snapshot_younger_than_the_ttl_but_not_more_often() -> None:
+    calls = {"n": 0}
+    now = {"t": 0.0}
+
+    def fetch() -> ClusterState:
+        calls["n"] += 1
+        return ClusterState(fetched_at=float(calls["n"]))
+
+    cache = StateCache(fetch, ttl=2.0, clock=lambda: now["t"])
+    cache.get()
+    now["t"] = 0.3
+    assert cache.get(max_age=0.5).fetched_at == 1.0 and calls["n"] == 1  # young enough
+    now["t"] = 0.8
+    assert cache.get(max_age=0.5).fetched_at == 2.0  # older than max_age: re-read
+    for _ in range(50):  # many requests within max_age: no further queries
+        cache.get(max_age=0.5)
+    assert calls["n"] == 2
+    assert cache.get(max_age=10.0).fetched_at == 2.0  # max_age never stretches the ttl
+
+
 # --- the banner with a real closed port -------------------------------------------------------
 
 
@@ -292,9 +310,7 @@ def test_dashboard_shows_banner_when_slurm_is_down(base_config: dict[str, Any]) 
 
 def test_dashboard_recovers_when_slurm_comes_back(base_config: dict[str, Any]) -> None:
     port = closed_port()
-    app: Flask = make_app(
-        {**base_config, "SLURMRESTD_URL": f"http://127.0.0.1:{port}", "SCHEDULER_CACHE_SECONDS": 0}
-    )
+    app: Flask = make_app({**base_config, "SLURMRESTD_URL": f"http://127.0.0.1:{port}", "SCHEDULER_CACHE_SECONDS": 0})
     client = app.test_client()
     log_in_as(app, client, "alice")
     assert "not reachable" in client.get("/").get_data(as_text=True)
