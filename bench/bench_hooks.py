@@ -200,9 +200,7 @@ def build_plain_venv(dest: Path) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--bindir", type=Path, default=Path(sys.executable).parent)
     parser.add_argument("--wheel", action="store_true", help="also measure a regular (non-editable) install")
@@ -211,13 +209,9 @@ def main() -> int:
     results = [bench_install(args.bindir, args.runs, "venv of the running interpreter")]
     if args.wheel:
         with tempfile.TemporaryDirectory(prefix="carme-wheel-") as tmp:
-            results.append(
-                bench_install(build_plain_venv(Path(tmp)), args.runs, "regular install in a fresh venv")
-            )
+            results.append(bench_install(build_plain_venv(Path(tmp)), args.runs, "regular install in a fresh venv"))
     for r in results:
-        series = [
-            v for k, v in r.items() if k in ("prolog", "epilog", "epilog_leftovers") and isinstance(v, dict)
-        ]
+        series = [v for k, v in r.items() if k in ("prolog", "epilog", "epilog_leftovers") and isinstance(v, dict)]
         r["meets_goal"] = all(v["median_ms"] <= GOAL_MS and v["p95_ms"] <= GOAL_MS for v in series)
     doc = {
         "benchmark": "carme-prolog / carme-epilog wall time per job (subprocess, as slurmd runs them)",

@@ -141,9 +141,9 @@ def test_unlock_is_audited(app: Flask, client: Any) -> None:
 def test_audit_log_shows_details_literally(app: Flask, client: Any) -> None:
     from markupsafe import escape
 
-    title = "it's \"quoted\" $(touch /tmp/x); `id` <b>bold</b>"
+    title = 'it\'s "quoted" $(touch /tmp/x); `id` <b>bold</b>'
     log_in_as(app, client, "carol", admin=True)
     assert post(client, "/admin/news", {"title": title, "body": "text"}).status_code == 302
     page = client.get("/admin/audit").get_data(as_text=True)
-    assert f"<code class=\"pre\">{escape(title)}</code>" in page
+    assert f'<code class="pre">{escape(title)}</code>' in page
     assert "<b>bold</b>" not in page

@@ -21,9 +21,7 @@ def test_login_post_without_token_is_400(client: Any) -> None:
     assert "CSRF" in resp.get_data(as_text=True)
 
 
-def test_stop_without_token_is_400_and_nothing_happens(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_stop_without_token_is_400_and_nothing_happens(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "alice")
     resp = client.post(f"/sessions/{job_id}/stop", headers=REFERER)
@@ -40,9 +38,7 @@ def test_wrong_token_is_400(app: Flask, client: Any) -> None:
 def test_cross_site_referer_is_400(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
     token = csrf_token(client)
-    resp = client.post(
-        "/auth/logout", data={"csrf_token": token}, headers={"Referer": "https://evil.example/"}
-    )
+    resp = client.post("/auth/logout", data={"csrf_token": token}, headers={"Referer": "https://evil.example/"})
     assert resp.status_code == 400
 
 

@@ -65,9 +65,7 @@ def test_app_not_allowed_with_the_image_is_400(app: Flask, client: Any) -> None:
     assert "app:" in resp.get_data(as_text=True)
 
 
-def test_start_submits_as_the_user_with_a_fresh_secret(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_start_submits_as_the_user_with_a_fresh_secret(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", GOOD)
     assert resp.status_code == 302
@@ -93,9 +91,7 @@ def test_session_limit_per_user(app: Flask, client: Any, fake_scheduler: FakeSch
     assert "limit is 2" in resp.get_data(as_text=True)
 
 
-def test_connect_only_when_ready_and_answering(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_connect_only_when_ready_and_answering(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice", running=False)
     log_in_as(app, client, "alice")
     assert "Connect</a>" not in client.get("/").get_data(as_text=True)  # pending
