@@ -438,17 +438,19 @@ def proxy_target(user: CurrentUser | None, job_id: int) -> ProxyTarget:
         abort(403, description="This session belongs to someone else.")
     state = scheduler().state()
     job = state.job(job_id)
-    if job is None or job.state != "RUNNING" or _valid_endpoint(state, job) is None:
+    ep = _valid_endpoint(state, job) if job is not None else None
+    if ep is None:
         # Each worker has its own snapshot: a session another worker already saw ready (and offered Connect for)
         # may look "starting" here. Look again with a fresher one; at most one query per PROXY_RECHECK_SECONDS
         # per worker, whatever the number of users.
-        state = scheduler().state(max_age=float(current_app.config["PROXY_RECHECK_SECONDS"]))
-        job = state.job(job_id)
+        fresh = scheduler().state(max_age=float(current_app.config["PROXY_RECHECK_SECONDS"]))
+        if fresh is not state:
+            state, job = fresh, fresh.job(job_id)
+            ep = _valid_endpoint(state, job) if job is not None else None
     if state.error and not state.fetched_at:
         abort(503, description=state.error)
     if job is None or job.user != record.owner or job.state != "RUNNING":
         abort(404, description="The session is not running.")
-    ep = _valid_endpoint(state, job)
     if ep is None:
         abort(404, description="The session is not ready yet.")
     spec = app_spec(record.app)
