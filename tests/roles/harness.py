@@ -1,4 +1,5 @@
-"""Render the slurm role's configuration files for an inventory, through real ansible, without a cluster.
+"""Render the slurm role's configuration files for an inventory, through real ansible, without a cluster; run a role's
+module on localhost.
 
 ``render(inventory, out_dir)`` runs ``tests/roles/render.yml`` (which include_role's ``slurm`` with
 ``tasks_from: render``) with a local connection and fixed test secrets, so the output is stable enough for
@@ -74,6 +75,45 @@ class RenderResult:
         if self.returncode != 0:
             raise RuntimeError(f"render failed (rc={self.returncode}):\n{self.output[-6000:]}")
         return self
+
+
+@dataclass(frozen=True)
+class ModuleRun:
+    rc: int
+    result: dict[str, Any]  # the module's result as Ansible reports it ({} when there is none)
+    output: str  # stdout + stderr
+
+
+def run_module(
+    role: str, module: str, args: Mapping[str, Any], *, check: bool = False, env: Mapping[str, str] | None = None
+) -> ModuleRun:
+    """Run ``module`` from ``roles/<role>/library`` on localhost through real Ansible (ad hoc, JSON callback)."""
+    role_dir = REPO_ROOT / "roles" / role
+    extra = {
+        "ANSIBLE_LIBRARY": str(role_dir / "library"),
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+    }
+    if (role_dir / "module_utils").is_dir():
+        extra["ANSIBLE_MODULE_UTILS"] = str(role_dir / "module_utils")
+    argv = [_ansible_bin("ansible"), "localhost", "-c", "local", "-m", module, "-a", json.dumps(dict(args))]
+    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(
+        argv,
+        cwd=REPO_ROOT,
+        env=ansible_env({**extra, **(env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    result: dict[str, Any] = {}
+    if "{" in proc.stdout:
+        data = json.loads(proc.stdout[proc.stdout.index("{") :])
+        result = data["plays"][0]["tasks"][0]["hosts"].get("localhost", {})
+    return ModuleRun(proc.returncode, result, proc.stdout + proc.stderr)
 
 
 def _play_seconds(stdout: str) -> float | None:

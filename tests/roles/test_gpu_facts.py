@@ -6,45 +6,23 @@ the real tool prints for that query. The module runs through real Ansible.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.roles.harness import REPO_ROOT
-from tests.roles.harness import _ansible_bin
-from tests.roles.harness import ansible_env
 from tests.roles.harness import render
+from tests.roles.harness import run_module
 
 FAKE_SMI = REPO_ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"
-ROLE = REPO_ROOT / "roles" / "slurm"
 
 
-def run_module(args: str) -> dict[str, object]:
-    env = ansible_env(
-        {
-            "ANSIBLE_LIBRARY": str(ROLE / "library"),
-            "ANSIBLE_MODULE_UTILS": str(ROLE / "module_utils"),
-            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        }
-    )
-    proc = subprocess.run(
-        [_ansible_bin("ansible"), "localhost", "-c", "local", "-m", "slurm_gpu_facts", "-a", args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    data = json.loads(proc.stdout[proc.stdout.index("{") :])
-    result: dict[str, object] = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return result
+def gpu_facts(nvidia_smi: Path) -> dict[str, Any]:
+    return run_module("slurm", "slurm_gpu_facts", {"nvidia_smi": str(nvidia_smi)}).result
 
 
 def test_module_reads_nvidia_smi() -> None:
-    res = run_module(f"nvidia_smi={FAKE_SMI}")
-    facts = res["ansible_facts"]["slurm_gpus"]  # type: ignore[index]
+    res = gpu_facts(FAKE_SMI)
+    facts = res["ansible_facts"]["slurm_gpus"]
     assert facts["available"] is True
     assert facts["count"] == 2
     assert [g["file"] for g in facts["gpus"]] == ["/dev/nvidia0", "/dev/nvidia1"]
@@ -52,8 +30,8 @@ def test_module_reads_nvidia_smi() -> None:
 
 
 def test_module_without_nvidia_smi_reports_none() -> None:
-    res = run_module("nvidia_smi=/nonexistent/nvidia-smi")
-    assert res["ansible_facts"]["slurm_gpus"] == {  # type: ignore[index]
+    res = gpu_facts(Path("/nonexistent/nvidia-smi"))
+    assert res["ansible_facts"]["slurm_gpus"] == {
         "available": False,
         "count": 0,
         "gpus": [],
@@ -72,8 +50,14 @@ def test_gres_conf_from_facts(tmp_path: Path) -> None:
             "slurm_gpus": {"available": True, "count": 2, "gpus": gpus},
             # no gpu_files: the device files come from each node's facts
             "slurm_node_groups": [
-                {"name": "gpu", "hosts": ["node1", "node2"], "cpus": 2, "real_memory": 2000, "gpus": 2,
-                 "gpu_type": "fake"}
+                {
+                    "name": "gpu",
+                    "hosts": ["node1", "node2"],
+                    "cpus": 2,
+                    "real_memory": 2000,
+                    "gpus": 2,
+                    "gpu_type": "fake",
+                }
             ],
         },
     )

@@ -5,41 +5,14 @@ Runs the ldap_users module through real Ansible in its validate-only mode (the r
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from tests.roles.harness import REPO_ROOT
-from tests.roles.harness import _ansible_bin
-from tests.roles.harness import ansible_env
+from tests.roles.harness import run_module
 
 GROUPS = [{"name": "research", "gid": 20000}]
 
 
 def validate(users: list[dict[str, object]], groups: list[dict[str, object]]) -> tuple[int, str]:
-    env = ansible_env({"ANSIBLE_LIBRARY": str(REPO_ROOT / "roles" / "ldap_users" / "library")})
-    args = json.dumps({"users": users, "groups": groups, "validate_only": True})
-    proc = subprocess.run(
-        [
-            _ansible_bin("ansible"),
-            "localhost",
-            "-c",
-            "local",
-            "-m",
-            "ldap_users",
-            "-a",
-            args,
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    run = run_module("ldap_users", "ldap_users", {"users": users, "groups": groups, "validate_only": True})
+    return run.rc, run.output
 
 
 def test_valid_declaration_passes() -> None:
