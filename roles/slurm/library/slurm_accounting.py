@@ -158,13 +158,11 @@ def validate(module, p):
                     )
             if kind == "users" and not item.get("account"):
                 module.fail_json(msg=f"users[{i}] ({name}): account is required")
-    for i, u in enumerate(p["users"]):
-        level = u.get("admin_level")
-        if level is not None and str(level).lower() not in ADMIN_LEVELS:
-            module.fail_json(
-                msg=f"users[{i}] ({u.get('name')}): admin_level must be one of None, Operator, Administrator,"
-                f" not {level!r}"
-            )
+            level = item.get("admin_level") if kind == "users" else None
+            if level is not None and str(level).lower() not in ADMIN_LEVELS:
+                module.fail_json(
+                    msg=f"users[{i}] ({name}): admin_level must be one of None, Operator, Administrator, not {level!r}"
+                )
     known_accounts = {a["name"] for a in p["accounts"]}
     for i, u in enumerate(p["users"]):
         if known_accounts and u["account"] not in known_accounts and u["account"] != "root":
