@@ -31,3 +31,11 @@ def test_unknown_group_is_named() -> None:
     rc, out = validate([{"name": "erin", "uid": 20005, "group": "nosuch"}], GROUPS)
     assert rc != 0
     assert "users[0] (erin): unknown group 'nosuch'" in out
+
+
+def test_duplicate_and_bad_gids_are_named() -> None:
+    groups = [{"name": "research", "gid": 20000}, {"name": "admins", "gid": 20000}, {"name": "low", "gid": 12}]
+    rc, out = validate([{"name": "alice", "uid": 20001, "group": "research"}], groups)
+    assert rc != 0
+    assert "groups[1] (admins): duplicate gid 20000, also groups[0] (research)" in out
+    assert "groups[2] (low): gid must be an integer >= 1000, got 12" in out

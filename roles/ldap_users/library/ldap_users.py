@@ -62,6 +62,16 @@ USER_KEYS = {"name", "uid", "group", "full_name", "email", "shell", "groups", "s
 STATES = ("present", "absent")
 
 
+def _check_id(errors, label, key, value, seen, kind, entries, i):
+    """A uid/gid: an integer >= 1000, unique among ``entries`` (``seen`` maps the ids so far to their index)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1000 <= value < 2**31:
+        errors.append("%s: %s must be an integer >= 1000, got %r" % (label, key, value))
+    elif value in seen:
+        errors.append("%s: duplicate %s %d, also %s[%d] (%s)" % (label, key, value, kind, seen[value], entries[seen[value]]["name"]))
+    else:
+        seen[value] = i
+
+
 def validate(users, groups):
     """Return a list of error strings, each naming the offending entry."""
     errors = []
@@ -79,13 +89,7 @@ def validate(users, groups):
         gnames[name] = i
         if g.get("state", "present") == "absent":
             continue
-        gid = g.get("gid")
-        if not isinstance(gid, int) or isinstance(gid, bool) or not 1000 <= gid < 2**31:
-            errors.append("%s: gid must be an integer >= 1000, got %r" % (label, gid))
-        elif gid in gids:
-            errors.append("%s: duplicate gid %d, also groups[%d] (%s)" % (label, gid, gids[gid], groups[gids[gid]]["name"]))
-        else:
-            gids[gid] = i
+        _check_id(errors, label, "gid", g.get("gid"), gids, "groups", groups, i)
     present_groups = {g["name"] for g in groups if isinstance(g.get("name"), str) and g.get("state", "present") == "present"}
     unames, uids = {}, {}
     for i, u in enumerate(users):
@@ -107,13 +111,7 @@ def validate(users, groups):
             errors.append("%s: state must be present or absent, got %r" % (label, state))
         if state == "absent":
             continue
-        uid = u.get("uid")
-        if not isinstance(uid, int) or isinstance(uid, bool) or not 1000 <= uid < 2**31:
-            errors.append("%s: uid must be an integer >= 1000, got %r" % (label, uid))
-        elif uid in uids:
-            errors.append("%s: duplicate uid %d, also users[%d] (%s)" % (label, uid, uids[uid], users[uids[uid]]["name"]))
-        else:
-            uids[uid] = i
+        _check_id(errors, label, "uid", u.get("uid"), uids, "users", users, i)
         if u.get("group") not in present_groups:
             errors.append("%s: unknown group %r (declare it in the groups list)" % (label, u.get("group")))
         for extra in u.get("groups") or []:
