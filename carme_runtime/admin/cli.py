@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from typing import TextIO
 
 from carme_runtime import __version__
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo_sub = demo_cmd.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
     up = demo_sub.add_parser("up", help="create head, node1, node2 and deploy site.yml on them")
     up.add_argument("--no-deploy", action="store_true", help="only create the containers")
+    up.add_argument(
+        "--replace", action="store_true",
+        help="delete a demo deployed from another checkout (its containers, network and /home volume)",
+    )  # fmt: skip
     _add_output_options(up)
     down = demo_sub.add_parser("down", help="remove the demo containers")
     _add_output_options(down)
@@ -154,25 +159,55 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 # -- demo --------------------------------------------------------------------------------------------------
-def _demo_nodes(out: _Output, project: Path, state: str) -> bool:
+def _demo_nodes(out: _Output, project: Path, state: str, labels: dict[str, str] | None = None) -> bool:
+    extravars: dict[str, Any] = {"demo_nodes_state": state}
+    if labels:
+        extravars["demo_nodes_labels"] = labels
     run = PlaybookRun(
         project=project,
         playbook=demo.DEMO_PLAYBOOK,
         inventory=project / demo.DEMO_INVENTORY,
-        extravars={"demo_nodes_state": state},
+        extravars=extravars,
     )
     return _play(out, run)
 
 
-def cmd_demo_up(args: argparse.Namespace) -> int:
+def _clear_for_up(out: _Output, project: Path, ident: str, replace: bool, runner: demo.CmdRunner) -> bool:
+    """Remove what stands in the way of this checkout's demo (see demo.plan_up); False when refused."""
+    containers, error = demo.demo_containers(runner)
+    if error:
+        sys.stderr.write(f"carme: {error}\n")
+        return False
+    plan = demo.plan_up(containers, ident, replace)
+    if plan.refuse:
+        sys.stderr.write(f"carme: {plan.refuse}\n")
+        return False
+    for note in plan.notes:
+        out.stream.write(f"carme: {note}\n")
+    if plan.remove_all and not _demo_nodes(out, project, "absent"):
+        out.stream.write("carme: removing the other demo failed (see above)\n")
+        return False
+    for name in plan.remove:
+        rc, _out, err = runner(["podman", "rm", "--force", name])
+        if rc != 0:
+            sys.stderr.write(f"carme: podman rm {name} failed: {err.strip() or f'rc={rc}'}\n")
+            return False
+    return True
+
+
+def cmd_demo_up(args: argparse.Namespace, runner: demo.CmdRunner = demo.run_cmd) -> int:
     project = find_project_dir()
     inventory = project / demo.DEMO_INVENTORY
     out = _Output(args.json)
-    problem = demo.preflight(demo.node_image(inventory))
+    problem = demo.preflight(demo.node_image(inventory), runner)
     if problem:
         sys.stderr.write(f"carme: {problem}\n")
         return out.done(ExitCode.ERROR)
-    if not _demo_nodes(out, project, "present"):
+    secrets_dir = project / demo.SECRETS_DIR
+    ident = demo.demo_id(secrets_dir)
+    if not _clear_for_up(out, project, ident, args.replace, runner):
+        return out.done(ExitCode.ERROR)
+    if not _demo_nodes(out, project, "present", demo.owner_labels(secrets_dir, ident)):
         out.stream.write("carme: creating the demo nodes failed (see above)\n")
         return out.done(ExitCode.ERROR)
     if not args.no_deploy:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -21,6 +23,9 @@ HEAD = "carme-demo-head"
 DEFAULT_IMAGE = "localhost/carme-node:debian12"
 DEFAULT_HTTPS_PORT = 8443
 SECRETS_DIR = ".secrets/demo/"
+DEMO_ID_FILE = "demo-id"
+ID_LABEL = "carme.demo_id"  # which checkout's secrets the containers were deployed with
+OWNER_LABEL = "carme.demo_secrets"  # that checkout's secrets dir
 CMD_TIMEOUT = 60
 
 CmdRunner = Callable[[Sequence[str]], tuple[int, str, str]]
@@ -140,8 +145,8 @@ def _container_name(entry: Mapping[str, Any]) -> str:
     return str(entry.get("Name", "?"))
 
 
-def node_states(runner: CmdRunner = run_cmd) -> tuple[list[NodeState], str]:
-    """The demo containers' states and, for running ones, systemd's; the error text if podman failed."""
+def _podman_ps(runner: CmdRunner) -> tuple[list[Mapping[str, Any]], str]:
+    """`podman ps -a` entries of the demo containers; the error text if podman failed."""
     rc, out, err = runner(["podman", "ps", "-a", "--filter", f"label={DEMO_LABEL}", "--format", "json"])
     if rc != 0:
         return [], f"podman ps failed: {err.strip() or f'rc={rc}'}"
@@ -149,10 +154,19 @@ def node_states(runner: CmdRunner = run_cmd) -> tuple[list[NodeState], str]:
         entries = json.loads(out or "[]")
     except json.JSONDecodeError as exc:
         return [], f"podman ps printed no JSON: {exc}"
-    found: dict[str, str] = {}
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, Mapping):
-            found[_container_name(entry)] = str(entry.get("State", "?")).lower()
+    return [e for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else [], ""
+
+
+def _state(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("State", "?")).lower()
+
+
+def node_states(runner: CmdRunner = run_cmd) -> tuple[list[NodeState], str]:
+    """The demo containers' states and, for running ones, systemd's; the error text if podman failed."""
+    entries, error = _podman_ps(runner)
+    if error:
+        return [], error
+    found = {_container_name(entry): _state(entry) for entry in entries}
     states: list[NodeState] = []
     for name in sorted(set(DEMO_NODES) | set(found), key=lambda n: (n not in DEMO_NODES, n)):
         state = found.get(name, "missing")
@@ -174,3 +188,92 @@ def print_status(states: Sequence[NodeState], stream: TextIO) -> None:
 def all_healthy(states: Sequence[NodeState]) -> bool:
     by_name = {s.name: s for s in states}
     return all(name in by_name and by_name[name].healthy for name in DEMO_NODES)
+
+
+# -- ownership, before `demo up` ---------------------------------------------------------------------------
+# The containers keep state deployed with one checkout's generated secrets (LDAP, database and portal
+# passwords). A second checkout, or a fresh clone on a machine restored from a snapshot, has other secrets,
+# so deploying over those containers fails half-way. Each demo carries the id of the secrets it was built
+# with; `demo up` reuses its own demo, replaces one whose checkout is gone, and refuses to touch one whose
+# checkout still exists unless asked to (--replace).
+def demo_id(secrets_dir: Path) -> str:
+    """This checkout's demo id, created (root-only) on first use next to the generated secrets."""
+    path = secrets_dir / DEMO_ID_FILE
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        value = ""
+    if value:
+        return value
+    secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    value = secrets.token_hex(8)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(value + "\n")
+    return value
+
+
+def owner_labels(secrets_dir: Path, ident: str) -> dict[str, str]:
+    return {ID_LABEL: ident, OWNER_LABEL: str(secrets_dir.resolve())}
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    state: str
+    ident: str  # the carme.demo_id label, "" on containers made before it existed
+    owner: str  # the carme.demo_secrets label
+    alive: bool  # podman says running and can exec in it (after a host restore it may say running, wrongly)
+
+
+def demo_containers(runner: CmdRunner = run_cmd) -> tuple[list[Container], str]:
+    entries, error = _podman_ps(runner)
+    found: list[Container] = []
+    for entry in entries:
+        name = _container_name(entry)
+        labels = entry.get("Labels")
+        labels = labels if isinstance(labels, Mapping) else {}
+        state = _state(entry)
+        alive = state == "running" and runner(["podman", "exec", name, "true"])[0] == 0
+        found.append(Container(name, state, str(labels.get(ID_LABEL, "")), str(labels.get(OWNER_LABEL, "")), alive))
+    return found, error
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    remove_all: bool = False  # another checkout's demo, replaced: containers, network and home volume
+    remove: tuple[str, ...] = ()  # our own containers that podman lists as running but are dead
+    refuse: str = ""  # why nothing may be touched
+    notes: tuple[str, ...] = ()
+
+
+def _owner_exists(owner: str, ident: str) -> bool:
+    if not owner or not ident:
+        return False
+    try:
+        return (Path(owner) / DEMO_ID_FILE).read_text(encoding="utf-8").strip() == ident
+    except OSError:
+        return False
+
+
+def plan_up(containers: Sequence[Container], ident: str, replace: bool = False) -> UpPlan:
+    """What `demo up` must clear away first, given the existing demo containers and this checkout's id."""
+    foreign = [c for c in containers if c.ident != ident]
+    if foreign:
+        owners = sorted({c.owner for c in foreign if _owner_exists(c.owner, c.ident)})
+        if owners and not replace:
+            return UpPlan(
+                refuse=f"the demo containers on this host were deployed from another checkout (secrets in "
+                f"{', '.join(owners)}). Remove them from there with `carme demo down`, or run "
+                "`carme demo up --replace` to delete them with their data."
+            )
+        why = "replaced as asked (--replace)" if owners else "its checkout or secrets are gone"
+        return UpPlan(remove_all=True, notes=(f"removing the demo of another checkout: {why}",))
+    dead = tuple(c.name for c in containers if c.state == "running" and not c.alive)
+    if dead:
+        note = (
+            f"podman lists {', '.join(dead)} as running but nothing runs in them (the host was restarted or "
+            "restored): recreating them; /home is kept and site.yml redeploys them"
+        )
+        return UpPlan(remove=dead, notes=(note,))
+    return UpPlan()

@@ -39,7 +39,7 @@ class PlaybookRun:
     tags: str | None = None
     check: bool = False
     diff: bool = False
-    extravars: Mapping[str, str] | None = None
+    extravars: Mapping[str, Any] | None = None  # ansible-runner writes them as JSON: any YAML value
     extra_args: Sequence[str] = ()  # passed through to ansible-playbook (`-e @file`, `-e '{json}'`)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from collections.abc import Sequence
@@ -269,3 +270,152 @@ def test_login_hints() -> None:
     assert "podman exec -it carme-demo-head bash" in text
     assert "sinfo" in text
     assert ".secrets/demo/" in text
+
+
+# -- which checkout owns the demo ----------------------------------------------------------------------------
+def test_demo_id_is_created_root_only_and_kept(tmp_path: Path) -> None:
+    secrets_dir = tmp_path / "secrets" / "demo"
+    ident = demo.demo_id(secrets_dir)
+    assert len(ident) == 16
+    assert (secrets_dir / "demo-id").stat().st_mode & 0o777 == 0o600
+    assert secrets_dir.stat().st_mode & 0o777 == 0o700
+    assert demo.demo_id(secrets_dir) == ident
+    assert demo.owner_labels(secrets_dir, ident) == {
+        "carme.demo_id": ident,
+        "carme.demo_secrets": str(secrets_dir.resolve()),
+    }
+
+
+def ps_entry(name: str, state: str, ident: str = "", owner: str = "") -> dict[str, object]:
+    labels = {"carme.demo": "true"}
+    if ident:
+        labels.update({"carme.demo_id": ident, "carme.demo_secrets": owner})
+    return {"Names": [name], "State": state, "Labels": labels}
+
+
+def test_demo_containers_tells_dead_running_ones() -> None:
+    ps = [ps_entry("carme-demo-head", "running", "a1", "/x"), ps_entry("carme-demo-node1", "running"),
+          ps_entry("carme-demo-node2", "exited", "a1", "/x")]  # fmt: skip
+    runner = FakeRunner({
+        PS: (0, json.dumps(ps), ""),
+        ("podman", "exec", "carme-demo-head", "true"): (0, "", ""),
+        ("podman", "exec", "carme-demo-node1", "true"): (255, "", "cannot exec in a stopped container"),
+    })  # fmt: skip
+    containers, error = demo.demo_containers(runner)
+    assert error == ""
+    assert containers == [
+        demo.Container("carme-demo-head", "running", "a1", "/x", alive=True),
+        demo.Container("carme-demo-node1", "running", "", "", alive=False),
+        demo.Container("carme-demo-node2", "exited", "a1", "/x", alive=False),
+    ]
+    assert ["podman", "exec", "carme-demo-node2", "true"] not in runner.calls
+
+
+def test_demo_containers_reports_podman_failure() -> None:
+    assert demo.demo_containers(FakeRunner({PS: (125, "", "boom")})) == ([], "podman ps failed: boom")
+
+
+def own(name: str, state: str = "running", alive: bool = True, owner: str = "/me") -> demo.Container:
+    return demo.Container(name, state, "mine", owner, alive)
+
+
+def test_plan_up_reuses_own_demo() -> None:
+    assert demo.plan_up([], "mine") == demo.UpPlan()
+    assert demo.plan_up([own(n) for n in demo.DEMO_NODES], "mine") == demo.UpPlan()
+    # stopped cleanly (podman knows): the playbook starts it again
+    assert demo.plan_up([own("carme-demo-head", "exited", alive=False)], "mine") == demo.UpPlan()
+
+
+def test_plan_up_recreates_own_dead_containers() -> None:
+    plan = demo.plan_up([own("carme-demo-head", alive=False), own("carme-demo-node1")], "mine")
+    assert plan.remove == ("carme-demo-head",)
+    assert not plan.remove_all and not plan.refuse
+    assert "/home is kept" in plan.notes[0]
+
+
+def test_plan_up_replaces_orphaned_demo(tmp_path: Path) -> None:
+    gone = demo.Container("carme-demo-head", "running", "theirs", str(tmp_path / "deleted-clone"), alive=False)
+    unlabelled = demo.Container("carme-demo-node1", "running", "", "", alive=False)
+    for containers in ([gone], [unlabelled], [own("carme-demo-node2"), unlabelled]):
+        plan = demo.plan_up(containers, "mine")
+        assert plan.remove_all and not plan.refuse
+        assert "checkout or secrets are gone" in plan.notes[0]
+    # the other checkout exists but has been given a new id since: its old demo is orphaned too
+    (tmp_path / "demo-id").write_text("newer\n", encoding="utf-8")
+    stale = demo.Container("carme-demo-head", "running", "theirs", str(tmp_path), alive=True)
+    assert demo.plan_up([stale], "mine").remove_all
+
+
+def test_plan_up_refuses_a_live_checkouts_demo_unless_replace(tmp_path: Path) -> None:
+    (tmp_path / "demo-id").write_text("theirs\n", encoding="utf-8")
+    theirs = demo.Container("carme-demo-head", "running", "theirs", str(tmp_path), alive=True)
+    plan = demo.plan_up([theirs], "mine")
+    assert not plan.remove_all
+    assert str(tmp_path) in plan.refuse and "carme demo down" in plan.refuse and "--replace" in plan.refuse
+    replaced = demo.plan_up([theirs], "mine", replace=True)
+    assert replaced.remove_all and "--replace" in replaced.notes[0]
+
+
+@pytest.fixture
+def demo_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[tuple[str, object]]]:
+    project = make_project(tmp_path / "checkout")
+    monkeypatch.setenv(PROJECT_ENV, str(project))
+    monkeypatch.setattr(demo, "preflight", lambda *_a: "")
+    plays: list[tuple[str, object]] = []
+
+    def fake_demo_nodes(_out: object, _project: Path, state: str, labels: object = None) -> bool:
+        plays.append((state, labels))
+        return True
+
+    monkeypatch.setattr(cli, "_demo_nodes", fake_demo_nodes)
+    return project, plays
+
+
+def up_args(*extra: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["demo", "up", "--no-deploy", *extra])
+
+
+def test_demo_up_refuses_another_checkouts_demo(
+    demo_project: tuple[Path, list[tuple[str, object]]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _project, plays = demo_project
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "demo-id").write_text("theirs\n", encoding="utf-8")
+    runner = FakeRunner({
+        PS: (0, json.dumps([ps_entry("carme-demo-head", "exited", "theirs", str(other))]), ""),
+    })  # fmt: skip
+    assert cli.cmd_demo_up(up_args(), runner) == 1
+    assert plays == []
+    assert f"another checkout (secrets in {other})" in capsys.readouterr().err
+
+
+def test_demo_up_replaces_an_orphan_and_labels_its_own(
+    demo_project: tuple[Path, list[tuple[str, object]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    project, plays = demo_project
+    runner = FakeRunner({
+        PS: (0, json.dumps([ps_entry("carme-demo-head", "running")]), ""),
+        ("podman", "exec", "carme-demo-head", "true"): (255, "", "cannot exec in a stopped container"),
+    })  # fmt: skip
+    assert cli.cmd_demo_up(up_args(), runner) == 0
+    ident = (project / ".secrets/demo/demo-id").read_text(encoding="utf-8").strip()
+    assert plays == [("absent", None), ("present", demo.owner_labels(project / ".secrets/demo", ident))]
+    assert "removing the demo of another checkout" in capsys.readouterr().out
+
+
+def test_demo_up_recreates_its_own_dead_containers(demo_project: tuple[Path, list[tuple[str, object]]]) -> None:
+    project, plays = demo_project
+    ident = demo.demo_id(project / ".secrets/demo")
+    owner = str((project / ".secrets/demo").resolve())
+    runner = FakeRunner({
+        PS: (0, json.dumps([ps_entry("carme-demo-head", "running", ident, owner),
+                            ps_entry("carme-demo-node1", "running", ident, owner)]), ""),
+        ("podman", "exec", "carme-demo-head", "true"): (255, "", "stopped"),
+        ("podman", "exec", "carme-demo-node1", "true"): (0, "", ""),
+        ("podman", "rm", "--force", "carme-demo-head"): (0, "carme-demo-head\n", ""),
+    })  # fmt: skip
+    assert cli.cmd_demo_up(up_args(), runner) == 0
+    assert ["podman", "rm", "--force", "carme-demo-head"] in runner.calls
+    assert ["podman", "rm", "--force", "carme-demo-node1"] not in runner.calls
+    assert [state for state, _labels in plays] == ["present"]
