@@ -242,7 +242,7 @@ def demo_containers(runner: CmdRunner = run_cmd) -> tuple[list[Container], str]:
 @dataclass(frozen=True)
 class UpPlan:
     remove_all: bool = False  # another checkout's demo, replaced: containers, network and home volume
-    remove: tuple[str, ...] = ()  # our own containers that podman lists as running but are dead
+    remove: tuple[str, ...] = ()  # our own containers, when podman lists one as running that is dead
     refuse: str = ""  # why nothing may be touched
     notes: tuple[str, ...] = ()
 
@@ -269,11 +269,13 @@ def plan_up(containers: Sequence[Container], ident: str, replace: bool = False) 
             )
         why = "replaced as asked (--replace)" if owners else "its checkout or secrets are gone"
         return UpPlan(remove_all=True, notes=(f"removing the demo of another checkout: {why}",))
-    dead = tuple(c.name for c in containers if c.state == "running" and not c.alive)
+    dead = [c.name for c in containers if c.state == "running" and not c.alive]
     if dead:
+        # All of them, not only the dead: a recreated node gets a new address, and slurmctld keeps the old
+        # one cached (the node stays "not responding" until slurmctld restarts).
         note = (
-            f"podman lists {', '.join(dead)} as running but nothing runs in them (the host was restarted or "
-            "restored): recreating them; /home is kept and site.yml redeploys them"
+            f"podman lists {', '.join(dead)} as running, but nothing runs there (the host was restarted or "
+            "restored): recreating the demo's containers; /home is kept and site.yml redeploys them"
         )
-        return UpPlan(remove=dead, notes=(note,))
+        return UpPlan(remove=tuple(c.name for c in containers), notes=(note,))
     return UpPlan()

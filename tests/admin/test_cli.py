@@ -327,8 +327,8 @@ def test_plan_up_reuses_own_demo() -> None:
 
 
 def test_plan_up_recreates_own_dead_containers() -> None:
-    plan = demo.plan_up([own("carme-demo-head", alive=False), own("carme-demo-node1")], "mine")
-    assert plan.remove == ("carme-demo-head",)
+    plan = demo.plan_up([own("carme-demo-node2", alive=False), own("carme-demo-head")], "mine")
+    assert plan.remove == ("carme-demo-node2", "carme-demo-head")  # slurmctld caches the old node addresses
     assert not plan.remove_all and not plan.refuse
     assert "/home is kept" in plan.notes[0]
 
@@ -414,8 +414,9 @@ def test_demo_up_recreates_its_own_dead_containers(demo_project: tuple[Path, lis
         ("podman", "exec", "carme-demo-head", "true"): (255, "", "stopped"),
         ("podman", "exec", "carme-demo-node1", "true"): (0, "", ""),
         ("podman", "rm", "--force", "carme-demo-head"): (0, "carme-demo-head\n", ""),
+        ("podman", "rm", "--force", "carme-demo-node1"): (0, "carme-demo-node1\n", ""),
     })  # fmt: skip
     assert cli.cmd_demo_up(up_args(), runner) == 0
     assert ["podman", "rm", "--force", "carme-demo-head"] in runner.calls
-    assert ["podman", "rm", "--force", "carme-demo-node1"] not in runner.calls
+    assert ["podman", "rm", "--force", "carme-demo-node1"] in runner.calls
     assert [state for state, _labels in plays] == ["present"]
