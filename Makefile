@@ -9,11 +9,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS ?= $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml))
 MOLECULE_LOCK := /tmp/carme-molecule.lock
+# `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
+DEMO_UP_FLAGS ?=
 
 .PHONY: demo demo-down demo-status deploy test lint unit molecule e2e host image venv bench clean
 
 demo: host venv image ## bring up the embedded demo cluster and deploy site.yml on it
-	carme demo up
+	carme demo up $(DEMO_UP_FLAGS)
 
 demo-down: venv
 	carme demo down
