@@ -182,8 +182,8 @@ def _clear_for_up(out: _Output, project: Path, ident: str, replace: bool, runner
     if plan.refuse:
         sys.stderr.write(f"carme: {plan.refuse}\n")
         return False
-    for note in plan.notes:
-        out.stream.write(f"carme: {note}\n")
+    if plan.note:
+        out.stream.write(f"carme: {plan.note}\n")
     if plan.remove_all and not _demo_nodes(out, project, "absent"):
         out.stream.write("carme: removing the other demo failed (see above)\n")
         return False

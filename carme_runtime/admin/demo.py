@@ -244,7 +244,7 @@ class UpPlan:
     remove_all: bool = False  # another checkout's demo, replaced: containers, network and home volume
     remove: tuple[str, ...] = ()  # our own containers, when podman lists one as running that is dead
     refuse: str = ""  # why nothing may be touched
-    notes: tuple[str, ...] = ()
+    note: str = ""  # what is about to be removed, and why
 
 
 def _owner_exists(owner: str, ident: str) -> bool:
@@ -268,7 +268,7 @@ def plan_up(containers: Sequence[Container], ident: str, replace: bool = False) 
                 "`carme demo up --replace` to delete them with their data."
             )
         why = "replaced as asked (--replace)" if owners else "its checkout or secrets are gone"
-        return UpPlan(remove_all=True, notes=(f"removing the demo of another checkout: {why}",))
+        return UpPlan(remove_all=True, note=f"removing the demo of another checkout: {why}")
     dead = [c.name for c in containers if c.state == "running" and not c.alive]
     if dead:
         # All of them, not only the dead: a recreated node gets a new address, and slurmctld keeps the old
@@ -277,5 +277,5 @@ def plan_up(containers: Sequence[Container], ident: str, replace: bool = False) 
             f"podman lists {', '.join(dead)} as running, but nothing runs there (the host was restarted or "
             "restored): recreating the demo's containers; /home is kept and site.yml redeploys them"
         )
-        return UpPlan(remove=tuple(c.name for c in containers), notes=(note,))
+        return UpPlan(remove=tuple(c.name for c in containers), note=note)
     return UpPlan()

@@ -330,7 +330,7 @@ def test_plan_up_recreates_own_dead_containers() -> None:
     plan = demo.plan_up([own("carme-demo-node2", alive=False), own("carme-demo-head")], "mine")
     assert plan.remove == ("carme-demo-node2", "carme-demo-head")  # slurmctld caches the old node addresses
     assert not plan.remove_all and not plan.refuse
-    assert "/home is kept" in plan.notes[0]
+    assert "/home is kept" in plan.note
 
 
 def test_plan_up_replaces_orphaned_demo(tmp_path: Path) -> None:
@@ -339,7 +339,7 @@ def test_plan_up_replaces_orphaned_demo(tmp_path: Path) -> None:
     for containers in ([gone], [unlabelled], [own("carme-demo-node2"), unlabelled]):
         plan = demo.plan_up(containers, "mine")
         assert plan.remove_all and not plan.refuse
-        assert "checkout or secrets are gone" in plan.notes[0]
+        assert "checkout or secrets are gone" in plan.note
     # the other checkout exists but has been given a new id since: its old demo is orphaned too
     (tmp_path / "demo-id").write_text("newer\n", encoding="utf-8")
     stale = demo.Container("carme-demo-head", "running", "theirs", str(tmp_path), alive=True)
@@ -353,7 +353,7 @@ def test_plan_up_refuses_a_live_checkouts_demo_unless_replace(tmp_path: Path) ->
     assert not plan.remove_all
     assert str(tmp_path) in plan.refuse and "carme demo down" in plan.refuse and "--replace" in plan.refuse
     replaced = demo.plan_up([theirs], "mine", replace=True)
-    assert replaced.remove_all and "--replace" in replaced.notes[0]
+    assert replaced.remove_all and "--replace" in replaced.note
 
 
 @pytest.fixture
