@@ -3,16 +3,21 @@
 1. reads the job environment set by :mod:`carme_runtime.sessions` (``SLURM_JOB_ID``, ``CARME_APP``,
    ``CARME_IMAGE``, ``CARME_RUNTIME``, ``CARME_WORKDIR``, ``CARME_SESSION_SECRET``) and refuses to start
    without a secret of at least 24 characters;
-2. picks a free TCP port on the node's address (``bind_address`` in the config; default: the address of
-   the node's hostname);
+2. starts the session front (:mod:`carme_runtime.front`) on the node's address (``bind_address`` in the
+   config; default: the address of the node's hostname) at a random port of :data:`front.PORT_RANGE`, and
+   picks a free port on ``127.0.0.1`` for the app: the app itself is never on the node's address; only the
+   front is, and it forwards nothing without the session's front key;
 3. renders the app spec and wraps it in the runtime (Apptainer or a venv/conda prefix); starts it with
    :class:`subprocess.Popen` (argv, no shell). The secret reaches the app only through its own variable
    (``JUPYTER_TOKEN``, ``PASSWORD``); ``CARME_SESSION_SECRET`` is removed from the app's environment;
-4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, secret, app, base_url) with mode 0600 in a 0700
-   directory, so only the user (and root) can read it;
-5. probes readiness over HTTP with the secret until ready or timeout;
-6. publishes where it listens with ``scontrol update JobId=<id> Comment=carme:v1;app=..;host=..;port=..;
-   state=ready``. The secret is never published: the comment is visible to every user via ``squeue``;
+4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, app_port, secret, app, base_url) with mode 0600
+   in a 0700 directory, so only the user (and root) can read it;
+5. probes the app's readiness on ``127.0.0.1`` with the secret until ready or timeout, then checks that its
+   own front answers the portal's challenge;
+6. publishes the front with ``scontrol update JobId=<id> Comment=carme:v1;app=..;host=..;port=..;
+   state=ready``. The secret is never published: the comment is visible to every user via ``squeue``. The
+   comment is only a hint (the user can edit it): the portal proxies to it only after the endpoint proved
+   it knows the session secret (:func:`carme_runtime.front.verify_endpoint`);
 7. forwards SIGTERM/SIGINT to the app and returns the app's exit code.
 """
 
@@ -36,6 +41,9 @@ from typing import Protocol
 from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.exit_codes import ExitCode
+from carme_runtime.front import Front
+from carme_runtime.front import bind_front_socket
+from carme_runtime.front import verify_endpoint
 from carme_runtime.runtimes import ApptainerRuntime
 from carme_runtime.runtimes import BindNotAllowed
 from carme_runtime.runtimes import NoneRuntime
@@ -69,6 +77,8 @@ class Process(Protocol):
 
 
 Spawn = Callable[[list[str], dict[str, str], str], Process]
+#: where the app listens; only the front (on the node's address) is reachable from the portal
+APP_HOST = "127.0.0.1"
 Probe = Callable[[str, int, str, Mapping[str, str], float], "int | None"]
 
 
@@ -116,12 +126,15 @@ def pick_free_port(host: str) -> int:
         return port
 
 
-def connection_info(app: AppSpec, job_id: int, host: str, port: int, secret: str) -> dict[str, object]:
+def connection_info(
+    app: AppSpec, job_id: int, host: str, port: int, secret: str, app_port: int | None = None
+) -> dict[str, object]:
     return {
         "job_id": job_id,
         "app": app.name,
         "host": host,
         "port": port,
+        "app_port": app_port if app_port is not None else port,
         "base_url": app.base_url(job_id),
         "secret": secret,
         "secret_mode": app.secret_mode,
@@ -166,7 +179,10 @@ def publish_argv(job_id: int, comment: str) -> list[str]:
 
 @dataclass
 class LaunchPlan:
-    """Everything decided before the app starts (pure: built by :func:`plan_launch`)."""
+    """Everything decided before the app starts (pure: built by :func:`plan_launch`).
+
+    ``host``/``port``: where the app listens (``127.0.0.1``); ``public_host``: where the front listens.
+    """
 
     job_id: int
     app: AppSpec
@@ -178,6 +194,7 @@ class LaunchPlan:
     readiness_path: str
     probe_headers: dict[str, str]
     secret: str
+    public_host: str = ""
 
 
 def make_runtime(name: str, image: str, config: RuntimeConfig, home: str) -> Runtime:
@@ -197,6 +214,7 @@ def plan_launch(
     host: str,
     port: int,
     scratch: str | None = None,
+    public_host: str | None = None,
 ) -> LaunchPlan:
     """Decide the app's argv and environment from the job environment (no side effects)."""
     job_id_s = env.get("SLURM_JOB_ID", "")
@@ -247,6 +265,7 @@ def plan_launch(
         readiness_path=rendered.readiness_path,
         probe_headers=app.proxy_headers(secret),
         secret=secret,
+        public_host=public_host or host,
     )
 
 
@@ -266,16 +285,63 @@ def run_launch(
     install_signals: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> int:
-    """Start the app, write the connection file, wait for readiness, publish, wait for the app."""
+    """Start the front and the app, write the connection file, wait for readiness, publish, wait for the app."""
     say = log or (lambda msg: print(f"carme-launch: {msg}", file=sys.stderr, flush=True))
-    info = connection_info(plan.app, plan.job_id, plan.host, plan.port, plan.secret)
+    public = plan.public_host or plan.host
+    try:
+        sock = bind_front_socket(public)
+    except OSError as exc:
+        say(f"cannot start the session front: {exc}")
+        runner(publish_argv(plan.job_id, published_comment(plan.app, public, 0, "failed")))
+        return ExitCode.ERROR
+    front = Front(
+        sock,
+        app_host=plan.host,
+        app_port=plan.port,
+        secret=plan.secret,
+        job_id=plan.job_id,
+        base_path=plan.app.base_url(plan.job_id),
+    ).start()
+    try:
+        return _run_app(
+            plan,
+            front,
+            public,
+            home=home,
+            runner=runner,
+            spawn=spawn,
+            probe=probe,
+            ready_timeout=ready_timeout,
+            interval=interval,
+            install_signals=install_signals,
+            say=say,
+        )
+    finally:
+        front.stop()
+
+
+def _run_app(
+    plan: LaunchPlan,
+    front: Front,
+    public: str,
+    *,
+    home: str,
+    runner: Runner,
+    spawn: Spawn,
+    probe: Probe,
+    ready_timeout: float,
+    interval: float,
+    install_signals: bool,
+    say: Callable[[str], None],
+) -> int:
+    info = connection_info(plan.app, plan.job_id, public, front.port, plan.secret, app_port=plan.port)
     path = write_connection_file(home, plan.job_id, info)
     say(f"connection details in {path}")
     try:
         child = spawn(plan.argv, plan.env, plan.workdir)
     except OSError as exc:
         say(f"cannot start {plan.argv[0]}: {exc}")
-        runner(publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "failed")))
+        runner(publish_argv(plan.job_id, published_comment(plan.app, public, front.port, "failed")))
         return ExitCode.APP_START_FAILED
     previous: dict[int, object] = {}
     if install_signals:
@@ -293,14 +359,16 @@ def run_launch(
             if child.poll() is not None:
                 break
             if is_ready_status(probe(plan.host, plan.port, plan.readiness_path, plan.probe_headers, 5.0)):
-                ready = True
+                ready = verify_endpoint(public, front.port, plan.job_id, plan.secret, 5.0)
+                if not ready:
+                    say(f"the session front on {public}:{front.port} does not answer its challenge")
                 break
             time.sleep(interval)
         if not ready:
             rc = child.poll()
             reason = "exited" if rc is not None else f"not ready after {ready_timeout:g} s"
             say(f"{plan.app.name} {reason}")
-            runner(publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "failed")))
+            runner(publish_argv(plan.job_id, published_comment(plan.app, public, front.port, "failed")))
             if rc is None:
                 child.send_signal(signal.SIGTERM)
                 try:
@@ -310,12 +378,10 @@ def run_launch(
                     child.wait()
                 return ExitCode.APP_NOT_READY
             return _exit_code(rc) or ExitCode.APP_START_FAILED
-        prc, _out, err = runner(
-            publish_argv(plan.job_id, published_comment(plan.app, plan.host, plan.port, "ready"))
-        )
+        prc, _out, err = runner(publish_argv(plan.job_id, published_comment(plan.app, public, front.port, "ready")))
         if prc != 0:
             say(f"could not publish the session in the job comment: {err.strip()[:200]}")
-        say(f"{plan.app.name} ready on {plan.host}:{plan.port}")
+        say(f"{plan.app.name} ready on {plan.host}:{plan.port}, behind the front on {public}:{front.port}")
         return _exit_code(child.wait())
     finally:
         for restored, handler in previous.items():
@@ -338,12 +404,12 @@ def launch_from_env(
     home = home or env.get("HOME") or os.path.expanduser("~")
     try:
         host = node_address(config.bind_address)
-        port = pick_free_port(host)
+        port = pick_free_port(APP_HOST)
         job_id_s = env.get("SLURM_JOB_ID", "")
         scratch = os.path.join(config.scratch_root, job_id_s) if job_id_s.isdigit() else None
         if scratch and not os.path.isdir(scratch):
             scratch = None
-        plan = plan_launch(env, apps, config, home=home, host=host, port=port, scratch=scratch)
+        plan = plan_launch(env, apps, config, home=home, host=APP_HOST, port=port, scratch=scratch, public_host=host)
     except LaunchError as exc:
         say(str(exc))
         return exc.code

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from carme_runtime import front
 from carme_runtime import launch
 from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
@@ -144,6 +145,8 @@ def test_launch_end_to_end_with_real_child(tmp_path: Path, fake_runner) -> None:
     assert info["host"] == "127.0.0.1"
     assert info["secret"] == SECRET
     assert info["base_url"] == "/proxy/77/"
+    assert info["app_port"] != info["port"]  # the app is behind the front
+    assert front.PORT_RANGE[0] <= info["port"] <= front.PORT_RANGE[1]
     assert stat.S_IMODE(conn.stat().st_mode) == 0o600
     assert fake_runner.calls == [
         [
@@ -280,3 +283,78 @@ def test_sigterm_is_forwarded_to_app(tmp_path: Path, fake_runner) -> None:
     assert child.signals == [signal.SIGTERM]
     assert rc == 128 + 15
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+# An app without authentication (like TensorBoard): answers everything with 200, exits on .../quit.
+OPEN_CHILD = r"""
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"open")
+        self.server.done = self.path.endswith("/quit")
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H)
+srv.done = False
+while not srv.done:
+    srv.handle_request()
+srv.server_close()
+"""
+
+OPEN_APP = app_from_dict(
+    {
+        "name": "openapp",
+        "title": "No-auth app",
+        "argv": [sys.executable, "-c", OPEN_CHILD, "{host}", "{port}"],
+        "secret_mode": "proxy",
+        "readiness_path": "{base_url}",
+    }
+)
+
+
+def test_an_app_without_auth_is_reachable_only_through_the_front(tmp_path: Path, fake_runner) -> None:
+    """The app listens on 127.0.0.1 only; the node address (here 127.0.0.2) has the front, which wants the key."""
+    import http.client
+    import socket
+    import time
+
+    env = job_env(tmp_path, CARME_APP="openapp")
+    cfg = RuntimeConfig.from_mapping(
+        {"bind_address": "127.0.0.2", "scratch_root": str(tmp_path / "scratch"), "ready_timeout_s": 30}
+    )
+    result: list[int] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            launch.launch_from_env(
+                env, runner=fake_runner, config=cfg, apps={"openapp": OPEN_APP}, install_signals=False, log=print
+            )
+        ),
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(c[-1].endswith("state=ready") for c in fake_runner.calls):
+        assert time.monotonic() < deadline and thread.is_alive(), fake_runner.calls
+        time.sleep(0.05)
+    info = json.loads((tmp_path / "home" / ".carme" / "sessions" / "77.json").read_text())
+    assert info["host"] == "127.0.0.2"
+    assert fake_runner.calls[-1][-1] == f"Comment=carme:v1;app=openapp;host=127.0.0.2;port={info['port']};state=ready"
+
+    def get(port: int, path: str, headers: dict[str, str]) -> int:
+        conn = http.client.HTTPConnection("127.0.0.2", port, timeout=10)
+        try:
+            conn.request("GET", path, headers=headers)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    with pytest.raises(ConnectionRefusedError):  # the app is not on the node address
+        socket.create_connection(("127.0.0.2", info["app_port"]), timeout=5).close()
+    assert get(info["port"], "/proxy/77/", {}) == 403
+    assert front.verify_endpoint("127.0.0.2", info["port"], 77, SECRET, 5.0)
+    assert get(info["port"], "/proxy/77/quit", front.front_headers(SECRET, 77)) == 200
+    thread.join(30)
+    assert result == [0]
