@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
 from flask import Response
+from flask import g
 from flask import jsonify
 from flask import render_template
 from flask import request
 from flask_wtf.csrf import CSRFError  # type: ignore[import-untyped]
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import PendingRollbackError
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
@@ -20,7 +26,9 @@ from webui.extensions import db
 from webui.ldapauth import check_config as check_ldap_config
 from webui.session_cookie import SlidingSessionInterface
 
-__all__ = ["create_app"]
+__all__ = ["DATABASE_DOWN_MESSAGE", "create_app"]
+
+DATABASE_DOWN_MESSAGE = "The portal's database is unavailable right now. Please try again in a minute."
 
 
 class ConfigError(RuntimeError):
@@ -130,6 +138,25 @@ def register_error_handlers(app: Flask) -> None:
         if _wants_json():
             return jsonify(error=message), code
         return render_template("error.html", code=code, message=message), code
+
+    @app.errorhandler(DBAPIError)
+    @app.errorhandler(PendingRollbackError)
+    @app.errorhandler(PoolTimeoutError)
+    def _database(exc: SQLAlchemyError) -> tuple[Any, int, dict[str, str]]:
+        # MariaDB stopped, restarting or unreachable (OperationalError, InterfaceError, a full pool): a 503 that
+        # says so, never a 500. Nothing the request changed is kept, and the next request gets a fresh connection.
+        app.logger.error("database error on %s %s: %s", request.method, request.path, exc)
+        with contextlib.suppress(SQLAlchemyError):
+            db.session.rollback()
+        g.carme_user = None  # the page must not ask the database who is logged in
+        retry = {"Retry-After": "30"}
+        if _wants_json():
+            return jsonify(error=DATABASE_DOWN_MESSAGE, database="down"), 503, retry
+        if request.endpoint in ("auth.login", "auth.totp"):
+            page = render_template("auth/login.html", error=DATABASE_DOWN_MESSAGE, database_down=True)
+            return page, 503, retry
+        page = render_template("error.html", code=503, message=DATABASE_DOWN_MESSAGE, database_down=True)
+        return page, 503, retry
 
     from webui.slurm import SlurmError
 

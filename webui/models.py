@@ -68,8 +68,39 @@ class User(Base):
     last_failure_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     locked_until: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     last_login_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
-    # Bumped on TOTP reset or lockout: every cookie carrying an older value is void.
+    # Bumped on TOTP reset: every login made before is void.
     session_version: Mapped[int] = mapped_column(Integer, default=1, nullable=False)
+
+
+class Login(Base):
+    """One logged-in browser (password and TOTP passed). The cookie carries only a random token; its SHA-256 is
+    the key here. Deleting the row (logout) ends the login at once, for every copy of the cookie."""
+
+    __tablename__ = "portal_login"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256(token) in hex
+    username: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    session_version: Mapped[int] = mapped_column(Integer, nullable=False)  # the user's at login
+    # The LDAP admin-group membership, re-read every LOGIN_RECHECK_SECONDS (then also expires_at slides).
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False, nullable=False)
+    checked_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+    source: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+
+
+class LoginAttempt(Base):
+    """A failed password or TOTP attempt (``ok`` False) or the latest full login (``ok`` True) of a user from one
+    client address. Failures are counted per (user, address) and per user; see ``webui.security``."""
+
+    __tablename__ = "login_attempt"
+    __table_args__ = (Index("ix_login_attempt_user_time", "username", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), nullable=False)
+    source: Mapped[str] = mapped_column(String(64), nullable=False)
+    ok: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    time: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
 
 
 class PortalSession(Base):
@@ -85,7 +116,7 @@ class PortalSession(Base):
     gpus: Mapped[int] = mapped_column(Integer, nullable=False)
     partition: Mapped[str | None] = mapped_column(String(64))
     time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
-    secret: Mapped[str] = mapped_column(String(128), nullable=False)
+    secret: Mapped[str] = mapped_column(String(128), nullable=False)  # "" once the session ended
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
@@ -147,6 +178,8 @@ __all__ = [
     "AuditLog",
     "Base",
     "ImageCatalog",
+    "Login",
+    "LoginAttempt",
     "News",
     "PortalSession",
     "QuotaPolicy",

@@ -51,17 +51,25 @@ LDAP_GROUP_FILTER = "(&(objectClass=posixGroup)(memberUid={username}))"
 LDAP_ADMIN_GROUP = "carme-admins"
 LDAP_USER_GROUP: str | None = None  # if set, only members of this group may log in
 LDAP_TIMEOUT_SECONDS = 5
+# Who reads a logged-in user's groups again (admin flag, LDAP_USER_GROUP) without their password: None = anonymous.
+LDAP_BIND_DN: str | None = None
+LDAP_BIND_PASSWORD: str | None = None
 
 # --- Login protection -------------------------------------------------------
 USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
-LOGIN_MAX_FAILURES = 10
-LOGIN_LOCKOUT_SECONDS = 900
+# Failed attempts: the reasons for these numbers are in webui/security.py ("failed attempts").
+LOGIN_MAX_FAILURES = 10  # per user and client address, within LOGIN_LOCKOUT_SECONDS ...
+LOGIN_LOCKOUT_SECONDS = 900  # ... refuse that address for that user this long
+LOGIN_USER_MAX_FAILURES = 15  # per user from all addresses within LOGIN_USER_WINDOW_SECONDS (below LDAP ppolicy 20)
+LOGIN_USER_WINDOW_SECONDS = 900  # ... refuse addresses without a full login in LOGIN_TRUSTED_SOURCE_DAYS
+LOGIN_TRUSTED_SOURCE_DAYS = 30
 LOGIN_BACKOFF_BASE_SECONDS = 0.25  # grows with each failure, capped below
 LOGIN_BACKOFF_MAX_SECONDS = 2.0
 LOGIN_MIN_RESPONSE_SECONDS = 0.3  # every failed attempt takes at least this long
 TOTP_ISSUER = "Carme"
 TOTP_VALID_WINDOW = 1  # accept codes from one 30 s step before/after
 LOGIN_PENDING_SECONDS = 300  # time allowed between password and TOTP step
+LOGIN_RECHECK_SECONDS = 60  # a login's LDAP groups (admin flag) are read again this often
 
 # --- Slurm (slurmrestd v0.0.38, JWT) ---------------------------------------
 SLURMRESTD_URL = "http://127.0.0.1:6820"

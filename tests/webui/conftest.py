@@ -37,6 +37,7 @@ from webui.scheduler import Partition
 from webui.scheduler import SessionSpec
 from webui.scheduler import build_payload
 from webui.scheduler import load_apps
+from webui.security import start_login
 from webui.slurm import SlurmError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,12 +243,12 @@ def log_in_as(app: Flask, client: FlaskClient, username: str, *, admin: bool = F
             )
             db.session.add(user)
             db.session.commit()
-        version = user.session_version
+        with app.test_request_context("/"):
+            token = start_login(user, is_admin=admin)
+        db.session.commit()
     with client.session_transaction() as sess:
         sess.clear()
-        sess["user"] = username
-        sess["admin"] = admin
-        sess["ver"] = version
+        sess["login"] = token
 
 
 def add_session(app: Flask, sched: FakeScheduler, owner: str, *, running: bool = True, ready: bool = True) -> int:

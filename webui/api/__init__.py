@@ -7,6 +7,7 @@ DELETE) need the CSRF token in an ``X-CSRFToken`` header; scripts get it from
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 from urllib.parse import unquote
@@ -14,11 +15,15 @@ from urllib.parse import unquote
 from flask import Blueprint
 from flask import Response
 from flask import abort
+from flask import current_app
 from flask import jsonify
 from flask import request
 from flask_wtf.csrf import generate_csrf  # type: ignore[import-untyped]
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from webui import service
+from webui.extensions import db
 from webui.security import current_user
 from webui.security import login_required
 
@@ -27,10 +32,27 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 PROXY_URI = re.compile(r"^/proxy/(\d{1,12})(?:/|$)")
 
 
+def _database_answers() -> bool:
+    try:
+        db.session.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        current_app.logger.error("health: database error: %s", exc)
+        with contextlib.suppress(SQLAlchemyError):
+            db.session.rollback()
+        return False
+    return True
+
+
 @bp.route("/health")
 def health() -> Any:
+    """200 while the portal can serve logins (its database answers); 503 with ``database: down`` otherwise.
+
+    The scheduler's state is reported but does not fail the check: the portal shows a banner without Slurm.
+    """
+    database = _database_answers()
     state = service.scheduler().state()
-    return jsonify(ok=True, scheduler="unavailable" if state.error else "ok")
+    body = jsonify(ok=database, database="ok" if database else "down", scheduler="unavailable" if state.error else "ok")
+    return body, 200 if database else 503
 
 
 @bp.route("/csrf-token")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from typing import Any
+from urllib.parse import unquote
+from urllib.parse import urlsplit
 
 from flask import Blueprint
 from flask import current_app
@@ -21,26 +24,49 @@ from webui.ldapauth import LdapUnavailable
 from webui.ldapauth import authenticate
 from webui.models import AuditLog
 from webui.models import utcnow
-from webui.security import backoff_remaining
+from webui.security import client_address
+from webui.security import end_login
 from webui.security import get_user
-from webui.security import is_locked
+from webui.security import login_refusal
 from webui.security import new_totp_secret
 from webui.security import pad_response
 from webui.security import provisioning_svg
 from webui.security import record_failure
 from webui.security import record_success
+from webui.security import start_login
 from webui.security import valid_username
 from webui.security import verify_totp
 
 bp = Blueprint("auth", __name__, url_prefix="/auth")
 
-LOCKED_MESSAGE = "Too many failed attempts. Try again in {seconds} seconds."
+
+NEXT_MAX_LENGTH = 512  # a local path; anything longer is not one we made (and would bloat the cookie and headers)
+
+
+def _local_path(target: str) -> bool:
+    """One form of ``next``: a path on this site, nothing a browser could read as another host or a new header."""
+    if not target.startswith("/") or target.startswith(("//", "/\\")) or "\\" in target:
+        return False
+    if any(c.isspace() or unicodedata.category(c).startswith("C") for c in target):
+        return False  # browsers drop tabs and newlines ("/\t/evil" is "//evil"); CR/LF would split the header
+    parts = urlsplit(target)
+    return not parts.scheme and not parts.netloc
+
+
+def clean_next(target: str | None) -> str:
+    """``target`` if it is a local path (also once and twice percent-decoded), else ``""``."""
+    if not target or len(target) > NEXT_MAX_LENGTH:
+        return ""
+    decoded = target
+    for _ in range(3):  # the raw value and its decodings (%2509 -> %09 -> tab) must all be local paths
+        if not _local_path(decoded):
+            return ""
+        decoded = unquote(decoded)
+    return target
 
 
 def _safe_next(target: str | None) -> str:
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return url_for("dashboard.index")
+    return clean_next(target) or url_for("dashboard.index")
 
 
 def _refuse(template: str, message: str, status: int, started: float, **ctx: Any) -> tuple[str, int]:
@@ -52,19 +78,19 @@ def _refuse(template: str, message: str, status: int, started: float, **ctx: Any
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> Any:
     if request.method == "GET":
-        return render_template("auth/login.html", next=request.args.get("next", ""))
+        return render_template("auth/login.html", next=clean_next(request.args.get("next")))
     started = time.monotonic()
     username = forms.text(request.form, "username", max_len=64)
     password = forms.text(request.form, "password", max_len=1024)
-    next_url = request.form.get("next", "")
+    next_url = clean_next(request.form.get("next"))
     if not valid_username(username):
         raise forms.FieldError("username", "is not a valid user name")
+    source = client_address()
     user = get_user(username, create=True)
     assert user is not None
-    wait = backoff_remaining(user)
-    if wait > 0:
-        message = LOCKED_MESSAGE.format(seconds=int(wait) + 1)
-        return _refuse("auth/login.html", message, 429, started, next=next_url, username=username)
+    refusal = login_refusal(username, source)
+    if refusal is not None:
+        return _refuse("auth/login.html", refusal.message, 429, started, next=next_url, username=username)
     try:
         identity = authenticate(current_app.config, username, password)
     except LdapUnavailable as exc:
@@ -77,10 +103,9 @@ def login() -> Any:
             username=username,
         ), 503
     if identity is None:
-        record_failure(user)
-        if is_locked(user):
-            message = LOCKED_MESSAGE.format(seconds=int(backoff_remaining(user)) + 1)
-            return _refuse("auth/login.html", message, 429, started, next=next_url, username=username)
+        refusal = record_failure(user, source)
+        if refusal is not None:
+            return _refuse("auth/login.html", refusal.message, 429, started, next=next_url, username=username)
         return _refuse(
             "auth/login.html", "Wrong user name or password.", 401, started, next=next_url, username=username
         )
@@ -106,10 +131,12 @@ def totp() -> Any:
     if pending is None:
         flash("Please log in again.")
         return redirect(url_for("auth.login"))
+    source = client_address()
     user = get_user(str(pending["user"]))
-    if user is None or is_locked(user):
+    refusal = login_refusal(user.username, source, backoff=False) if user is not None else None
+    if user is None or refusal is not None:
         session.clear()
-        flash("Please log in again.")
+        flash(refusal.message if refusal is not None else "Please log in again.")
         return redirect(url_for("auth.login"))
     enrolling = not user.totp_confirmed
     if enrolling and not user.totp_secret:
@@ -124,15 +151,15 @@ def totp() -> Any:
 
     started = time.monotonic()
     code = forms.text(request.form, "code", max_len=16)
-    wait = backoff_remaining(user)
-    if wait > 0:
-        return _refuse(template, LOCKED_MESSAGE.format(seconds=int(wait) + 1), 429, started, **ctx)
+    refusal = login_refusal(user.username, source)
+    if refusal is not None:
+        return _refuse(template, refusal.message, 429, started, **ctx)
     error = verify_totp(user, code)
     if error is not None:
-        record_failure(user)
-        if is_locked(user):
+        refusal = record_failure(user, source)
+        if refusal is not None:
             session.clear()
-            flash(LOCKED_MESSAGE.format(seconds=int(backoff_remaining(user)) + 1))
+            flash(refusal.message)
             db.session.commit()
             pad_response(started)
             return redirect(url_for("auth.login"))
@@ -142,19 +169,20 @@ def totp() -> Any:
         db.session.add(
             AuditLog(actor=user.username, action="totp.enrol", target=user.username, details={}, time=utcnow())
         )
-    record_success(user)
+    record_success(user, source)
     next_url = _safe_next(str(pending.get("next") or ""))
+    token = start_login(user, is_admin=bool(pending.get("admin")))
+    db.session.commit()
     session.clear()
     session.permanent = True
-    session["user"] = user.username
-    session["admin"] = bool(pending.get("admin"))
-    session["ver"] = user.session_version
-    db.session.commit()
+    session["login"] = token
     return redirect(next_url)
 
 
 @bp.route("/logout", methods=["POST"])
 def logout() -> Response:
+    end_login()  # the login is void for every copy of the cookie, not just this browser's
+    db.session.commit()
     session.clear()
     flash("You are logged out.")
     return redirect(url_for("auth.login"))
