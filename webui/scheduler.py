@@ -9,6 +9,7 @@ setting or ``app.extensions["carme_scheduler"]``.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib
 import random
 import re
@@ -26,6 +27,7 @@ from typing import Protocol
 
 from carme_runtime import apps as runtime_apps
 from carme_runtime.apps import AppSpec
+from carme_runtime.front import verify_endpoint as front_verify
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
 from carme_runtime.sessions import SessionLimits
@@ -264,6 +266,10 @@ class Scheduler(Protocol):
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool: ...
 
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+        """True when ``endpoint`` proves it is job ``job_id``'s session front (HMAC challenge with ``secret``)."""
+        ...
+
     def queries_issued(self) -> int: ...
 
 
@@ -494,6 +500,7 @@ class SlurmScheduler:
         app_dirs: Sequence[str],
         probe_timeout: float = 1.0,
         probe_cache_seconds: float = 5.0,
+        verify_cache_seconds: float = 60.0,
     ):
         self.client = client
         self.service_user = service_user
@@ -502,6 +509,8 @@ class SlurmScheduler:
         self.cache = StateCache(self._fetch, cache_seconds)
         self._quota = TTLMap(quota_cache_seconds, jitter=0.25)
         self._probes = TTLMap(probe_cache_seconds)
+        self.probe_cache_seconds = probe_cache_seconds
+        self._verified = TTLMap(verify_cache_seconds)
 
     def _fetch(self) -> ClusterState:
         jobs = self.client.jobs(self.service_user)
@@ -558,6 +567,21 @@ class SlurmScheduler:
         self._probes.put(key, ok)
         return ok
 
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+        """Challenge the endpoint (carme_runtime.front); a proof is kept ``verify_cache_seconds``, a refusal
+        ``probe_cache_seconds`` (a comment pointing at nothing must not cost a probe per proxied request).
+
+        The key holds the secret's digest: a cached proof is only ever used for the same session.
+        """
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        key = (job_id, endpoint.host, endpoint.port, digest)
+        hit, value = self._verified.get(key)
+        if hit:
+            return bool(value)
+        ok = front_verify(endpoint.host, endpoint.port, job_id, secret, self.probe_timeout)
+        self._verified.put(key, ok, None if ok else self.probe_cache_seconds)
+        return ok
+
     def queries_issued(self) -> int:
         return self.client.queries
 
@@ -584,4 +608,5 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         app_dirs=tuple(config["CARME_APP_DIRS"]),
         probe_timeout=float(config["READINESS_TIMEOUT_SECONDS"]),
         probe_cache_seconds=float(config["READINESS_CACHE_SECONDS"]),
+        verify_cache_seconds=float(config.get("PROXY_VERIFY_CACHE_SECONDS", 60.0)),
     )

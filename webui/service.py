@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -13,12 +16,16 @@ from typing import TypeVar
 
 from flask import abort
 from flask import current_app
+from flask import session
 from sqlalchemy import Row
 from sqlalchemy import bindparam
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import BadRequest
 
 from carme_runtime.apps import AppSpec
+from carme_runtime.front import PORT_RANGE
+from carme_runtime.front import front_headers
 from carme_runtime.sessions import SessionLimits
 from webui import forms
 from webui.extensions import db
@@ -38,6 +45,7 @@ from webui.scheduler import load_apps
 from webui.scheduler import readiness_path
 from webui.security import CurrentUser
 from webui.security import audit
+from webui.security import current_user
 from webui.slurm import SlurmError
 from webui.slurm import SlurmUnavailable
 
@@ -344,14 +352,52 @@ def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
 # --- views of sessions -----------------------------------------------------------
 
 
+def _port_range() -> tuple[int, int]:
+    """``PROXY_PORT_RANGE``: the ports carme-launch puts session fronts on (carme_runtime.front.PORT_RANGE)."""
+    lo, hi = current_app.config.get("PROXY_PORT_RANGE", PORT_RANGE)
+    return int(lo), int(hi)
+
+
 def _valid_endpoint(state: ClusterState, job: Job) -> Endpoint | None:
+    """The endpoint the job comment names, if it may be probed at all (not yet proven: see _verified_endpoint).
+
+    The comment is user-editable (scontrol update): only a host the job really runs on (Slurm's node names and
+    addresses) and a port of the session fronts' range; slurmd, slurmrestd, databases lie outside it.
+    """
     ep = job.endpoint()
     if ep is None or ep.state != "ready" or job.state != "RUNNING":
         return None
-    # The comment is user-editable (scontrol update): only accept a host the job really runs on.
+    lo, hi = _port_range()
+    if not lo <= ep.port <= hi:
+        return None
     if ep.host not in state.node_names_for(job.nodes):
         return None
     return ep
+
+
+def _verified_endpoint(state: ClusterState, job: Job, secret: str) -> Endpoint | None:
+    """The endpoint, once it proved it is this session's front (it knows the session secret).
+
+    Editing the comment to name another port or host changes nothing: what listens there cannot answer the
+    challenge for this session. The challenge sends no secret, and its answer is never shown to anyone.
+    """
+    ep = _valid_endpoint(state, job)
+    if ep is None or not scheduler().verify_endpoint(ep, job.job_id, secret):
+        return None
+    return ep
+
+
+def upstream_headers(spec: AppSpec | None, secret: str, job_id: int) -> dict[str, str]:
+    """What nginx adds to each proxied request: the app's own secret header and the session front's key."""
+    headers = spec.proxy_headers(secret) if spec is not None else {}
+    return {**headers, **front_headers(secret, job_id)}
+
+
+def _endpoint_ready(ep: Endpoint, job_id: int, secret: str, spec: AppSpec) -> bool:
+    """Proven to be the session's front, and the app behind it answers its readiness path."""
+    if not scheduler().verify_endpoint(ep, job_id, secret):
+        return False
+    return scheduler().app_answers(ep, readiness_path(spec, job_id), upstream_headers(spec, secret, job_id))
 
 
 def session_views(state: ClusterState, records: list[PortalSession], *, probe: bool = True) -> list[dict[str, Any]]:
@@ -375,9 +421,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
         spec = app_spec(ps.app)
         if job.state == "RUNNING" and spec is not None:
             ep = _valid_endpoint(state, job)
-            ready = ep is not None and (
-                not probe or scheduler().app_answers(ep, readiness_path(spec, ps.job_id), spec.proxy_headers(ps.secret))
-            )
+            ready = ep is not None and (not probe or _endpoint_ready(ep, ps.job_id, ps.secret, spec))
         out.append(
             {
                 "job_id": ps.job_id,
@@ -423,11 +467,66 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
 class ProxyTarget:
     endpoint: Endpoint
     secret: str
-    headers: Mapping[str, str]  # what the proxy adds upstream (e.g. Authorization: token ...)
+    headers: Mapping[str, str]  # what the proxy adds upstream (Authorization: token ..., X-Carme-Front)
+
+
+@dataclass(frozen=True)
+class ProxyGrant:
+    """What the database said about a session, kept to authorise its proxy while the database is down."""
+
+    owner: str
+    app: str
+    secret: str
+
+
+def _auth_cache() -> TTLMap:
+    """Per-worker grants, each kept ``PROXY_AUTH_CACHE_SECONDS`` after the last authorisation the database confirmed."""
+    cache = current_app.extensions.get("carme_proxy_auth_cache")
+    if cache is None:
+        cache = TTLMap(float(current_app.config.get("PROXY_AUTH_CACHE_SECONDS", 300.0)))
+        current_app.extensions["carme_proxy_auth_cache"] = cache
+    assert isinstance(cache, TTLMap)
+    return cache
+
+
+def _cookie_identity() -> str | None:
+    """A digest of the login the (signed) session cookie carries; None when it carries none."""
+    ident = {k: session.get(k) for k in ("login", "user", "ver") if session.get(k) is not None}
+    if not ident:
+        return None
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def authorise_proxy(job_id: int) -> ProxyTarget:
+    """nginx ``auth_request``: the target of /proxy/<job_id>/ for the cookie's user; aborts 401/403/404/503.
+
+    When the portal database is down, a grant this worker confirmed with the database for the same login cookie
+    and job at most ``PROXY_AUTH_CACHE_SECONDS`` ago still authorises (the job must still run, and its endpoint
+    still prove itself); never longer, and never a login or a session the worker has not seen.
+    """
+    identity = _cookie_identity()
+    try:
+        user = current_user()
+        target, grant = _proxy_target(user, job_id)
+    except SQLAlchemyError as exc:
+        current_app.logger.warning("proxy-auth for job %s: database error: %s", job_id, exc)
+        with contextlib.suppress(SQLAlchemyError):
+            db.session.rollback()
+        hit, cached = _auth_cache().get((identity, job_id)) if identity else (False, None)
+        if not hit or not isinstance(cached, ProxyGrant):
+            abort(503, description="The portal database is unavailable.")
+        return _target_for(cached, job_id)
+    if identity is not None and float(current_app.config.get("PROXY_AUTH_CACHE_SECONDS", 300.0)) > 0:
+        _auth_cache().put((identity, job_id), grant)
+    return target
 
 
 def proxy_target(user: CurrentUser | None, job_id: int) -> ProxyTarget:
     """Authorise one proxied request; aborts with 401/403/404/503."""
+    return _proxy_target(user, job_id)[0]
+
+
+def _proxy_target(user: CurrentUser | None, job_id: int) -> tuple[ProxyTarget, ProxyGrant]:
     if user is None:
         abort(401)
     record = get_portal_session(job_id)
@@ -436,9 +535,17 @@ def proxy_target(user: CurrentUser | None, job_id: int) -> ProxyTarget:
     admin_ok = user.is_admin and bool(current_app.config["PROXY_ADMIN_ACCESS"])
     if record.owner != user.username and not admin_ok:
         abort(403, description="This session belongs to someone else.")
+    grant = ProxyGrant(owner=record.owner, app=record.app, secret=record.secret)
+    return _target_for(grant, job_id), grant
+
+
+def _target_for(grant: ProxyGrant, job_id: int) -> ProxyTarget:
+    """The session's proven endpoint, from Slurm's state (no database)."""
     state = scheduler().state()
     job = state.job(job_id)
-    ep = _valid_endpoint(state, job) if job is not None else None
+    if job is not None and job.user != grant.owner:
+        job = None  # a recycled job id is not this session
+    ep = _verified_endpoint(state, job, grant.secret) if job is not None else None
     if ep is None:
         # Each worker has its own snapshot: a session another worker already saw ready (and offered Connect for)
         # may look "starting" here. Look again with a fresher one; at most one query per PROXY_RECHECK_SECONDS
@@ -446,16 +553,16 @@ def proxy_target(user: CurrentUser | None, job_id: int) -> ProxyTarget:
         fresh = scheduler().state(max_age=float(current_app.config["PROXY_RECHECK_SECONDS"]))
         if fresh is not state:
             state, job = fresh, fresh.job(job_id)
-            ep = _valid_endpoint(state, job) if job is not None else None
+            if job is not None and job.user != grant.owner:
+                job = None
+            ep = _verified_endpoint(state, job, grant.secret) if job is not None else None
     if state.error and not state.fetched_at:
         abort(503, description=state.error)
-    if job is None or job.user != record.owner or job.state != "RUNNING":
+    if job is None or job.state != "RUNNING":
         abort(404, description="The session is not running.")
     if ep is None:
         abort(404, description="The session is not ready yet.")
-    spec = app_spec(record.app)
-    headers = spec.proxy_headers(record.secret) if spec is not None else {}
-    return ProxyTarget(ep, record.secret, headers)
+    return ProxyTarget(ep, grant.secret, upstream_headers(app_spec(grant.app), grant.secret, job_id))
 
 
 def parse_job_id(raw: str) -> int:

@@ -138,6 +138,9 @@ class FakeScheduler:
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
         return self.app_up
 
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+        return self.app_up  # tests/webui/test_proxy_endpoint.py challenges real session fronts
+
     def queries_issued(self) -> int:
         return self.queries
 

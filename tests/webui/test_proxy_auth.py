@@ -6,6 +6,8 @@ from typing import Any
 
 from flask import Flask
 
+from carme_runtime import front
+
 from webui.scheduler import ClusterState
 
 from .conftest import FakeScheduler
@@ -25,14 +27,15 @@ def test_logged_out_is_401(app: Flask, client: Any, fake_scheduler: FakeSchedule
     assert "X-Carme-Upstream" not in resp.headers and "X-Carme-Secret" not in resp.headers
 
 
-def test_owner_gets_upstream_and_secret(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+def test_owner_gets_upstream_and_keys_never_the_secret(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
+    secret = f"secret-alice-{job_id}-xxxxxxxxxxxxxxxx"  # add_session's
     log_in_as(app, client, "alice")
     resp = auth(client, f"/proxy/{job_id}/api/kernels/abc/channels?session_id=1")
     assert resp.status_code == 200
     assert resp.headers["X-Carme-Upstream"] == "10.0.0.11:41234"
-    secret = resp.headers["X-Carme-Secret"]
-    assert secret.startswith("secret-alice-")
+    assert "X-Carme-Secret" not in resp.headers  # nginx does not need it
+    assert resp.headers["X-Carme-Front"] == front.front_key(secret, job_id)
     assert resp.headers["X-Carme-Authorization"] == f"token {secret}"  # jupyterlab's secret_header
 
 

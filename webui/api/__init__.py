@@ -22,6 +22,7 @@ from flask_wtf.csrf import generate_csrf  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from carme_runtime.front import FRONT_HEADER
 from webui import service
 from webui.extensions import db
 from webui.security import current_user
@@ -101,17 +102,21 @@ def cluster() -> Any:
 
 @bp.route("/proxy-auth")
 def proxy_auth() -> Response:
-    """nginx ``auth_request`` target: may the cookie's user reach /proxy/<job_id>/...?"""
+    """nginx ``auth_request`` target: may the cookie's user reach /proxy/<job_id>/...?
+
+    nginx reaches it only through its ``internal`` location; from outside, ``/api/proxy-auth`` is a 404 there.
+    """
     uri = request.headers.get("X-Original-URI", "")
     match = PROXY_URI.match(uri)
     path = unquote(uri.split("?", 1)[0])
     if match is None or any(seg in (".", "..") for seg in path.split("/")) or "\\" in path:
         abort(404)
-    target = service.proxy_target(current_user(), int(match.group(1)))
+    target = service.authorise_proxy(int(match.group(1)))
     resp = Response(status=200)
+    # Only what nginx uses (never the session secret itself): the proven endpoint of the session's front,
+    # the front's key, and the app's own Authorization value ("" removes the client's own).
     resp.headers["X-Carme-Upstream"] = f"{target.endpoint.host}:{target.endpoint.port}"
-    resp.headers["X-Carme-Secret"] = target.secret
-    # The value nginx puts in the upstream Authorization header ("" removes the client's own).
+    resp.headers["X-Carme-Front"] = target.headers.get(FRONT_HEADER, "")
     resp.headers["X-Carme-Authorization"] = target.headers.get("Authorization", "")
     resp.headers["Cache-Control"] = "no-store"
     return resp
