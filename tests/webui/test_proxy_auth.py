@@ -7,7 +7,6 @@ from typing import Any
 from flask import Flask
 
 from carme_runtime import front
-
 from webui.scheduler import ClusterState
 
 from .conftest import FakeScheduler
