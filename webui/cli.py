@@ -17,6 +17,7 @@ from webui.models import AuditLog
 from webui.models import ImageCatalog
 from webui.models import User
 from webui.models import utcnow
+from webui.security import clear_failures
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -80,6 +81,7 @@ def register(app: Flask) -> None:
         user = _user_or_fail(username)
         user.failed_logins = 0
         user.locked_until = None
+        clear_failures(username)
         db.session.add(AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow()))
         db.session.commit()
         click.echo(f"unlocked {username}")

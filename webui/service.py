@@ -343,6 +343,7 @@ def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
         abort(403, description="Only the owner or an administrator may stop this session.")
     scheduler().cancel(job_id, as_user=as_user)
     record.ended_at = utcnow()
+    record.secret = ""  # an ended session's secret is of no use to anyone: do not keep it
     action = "session.stop" if record.owner == user.username else "admin.session.stop"
     audit(action, str(job_id), owner=record.owner)
     db.session.commit()
@@ -414,6 +415,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
         if job is None or job.state in TERMINAL:
             if ps.ended_at is None:
                 ps.ended_at = utcnow()
+                ps.secret = ""  # as in stop_session
                 changed = True
             if job is None:
                 continue

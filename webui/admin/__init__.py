@@ -31,6 +31,7 @@ from webui.models import User
 from webui.models import utcnow
 from webui.security import admin_required
 from webui.security import audit
+from webui.security import clear_failures
 from webui.security import current_user
 from webui.security import valid_username
 from webui.sessions import stop_and_flash
@@ -229,6 +230,7 @@ def unlock(username: str) -> Response:
     user = _user_or_404(username)
     user.failed_logins = 0
     user.locked_until = None
+    clear_failures(username)
     audit("admin.user.unlock", username)
     db.session.commit()
     flash(f"{username} unlocked.")

@@ -19,12 +19,13 @@ from flask import current_app
 from flask import jsonify
 from flask import request
 from flask_wtf.csrf import generate_csrf  # type: ignore[import-untyped]
-from sqlalchemy import text
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from carme_runtime.front import FRONT_HEADER
 from webui import service
 from webui.extensions import db
+from webui.models import User
 from webui.security import current_user
 from webui.security import login_required
 
@@ -33,9 +34,12 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 PROXY_URI = re.compile(r"^/proxy/(\d{1,12})(?:/|$)")
 
 
+_PROBE = select(User.id).limit(1)
+
+
 def _database_answers() -> bool:
     try:
-        db.session.execute(text("SELECT 1"))
+        db.session.execute(_PROBE).all()  # a real table: the schema is there too, not only the server
     except SQLAlchemyError as exc:
         current_app.logger.error("health: database error: %s", exc)
         with contextlib.suppress(SQLAlchemyError):
