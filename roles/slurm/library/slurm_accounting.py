@@ -16,14 +16,20 @@ options:
   cluster: {description: ClusterName, type: str, required: true}
   qos: {description: "QOS list: name plus sacctmgr fields", type: list, elements: dict, default: []}
   accounts:
-    description: "Accounts: name, description, organization, parent, qos, default_qos"
+    description:
+      - "Accounts: name, description, organization, parent, qos, default_qos, plus association limits (ASSOC_FIELDS:
+        GrpTRES, GrpTRESMins, GrpJobs, MaxJobs, ...) that bound the account as a whole (a group budget)."
     type: list
     elements: dict
     default: []
   users:
     description:
-      - "Users: name, account, qos, default_qos, admin_level."
+      - "Users: name, account, qos, default_qos, admin_level, plus association limits (ASSOC_FIELDS)."
       - "admin_level is None, Operator or Administrator (sacctmgr AdminLevel); it is set only when given."
+      - "Limits on the user association bound everything the user runs in that account, whatever QOS or partition
+        the job names: GrpTRES=gres/gpu=2 (GPUs at once), MaxJobs=4 (running jobs), GrpTRESMins=gres/gpu=6000 (a
+        GPU-minute budget, monthly with PriorityUsageResetPeriod=MONTHLY). Only the limits given are managed; -1
+        (or gres/gpu=-1) clears one."
     type: list
     elements: dict
     default: []
@@ -41,7 +47,8 @@ EXAMPLES = r"""
     qos: [{name: interactive, MaxTRESPerUser: gres/gpu=1, MaxWall: "08:00:00"}]
     accounts: [{name: research, qos: [normal, interactive], default_qos: normal}]
     users:
-      - {name: alice, account: research}
+      - {name: alice, account: research, qos: [normal, interactive], default_qos: normal,
+         GrpTRES: gres/gpu=2, MaxJobs: 4, GrpTRESMins: gres/gpu=6000}
       - {name: carme-portal, account: services, admin_level: Operator}  # the portal stops any session for admins
     purge_users: true
 """
@@ -67,6 +74,30 @@ QOS_FIELDS = {
     "MaxWall": "MaxWall",
     "Priority": "Priority",
     "UsageFactor": "UsageFactor",
+}
+# association limits: sacctmgr "set" key -> "format" column of `sacctmgr show assoc`
+ASSOC_FIELDS = {
+    "GrpJobs": "GrpJobs",
+    "GrpSubmitJobs": "GrpSubmit",
+    "GrpTRES": "GrpTRES",
+    "GrpTRESMins": "GrpTRESMins",
+    "GrpTRESRunMins": "GrpTRESRunMins",
+    "GrpWall": "GrpWall",
+    "MaxJobs": "MaxJobs",
+    "MaxSubmitJobs": "MaxSubmit",
+    "MaxTRESPerJob": "MaxTRES",
+    "MaxTRESMinsPerJob": "MaxTRESMins",
+    "MaxWallDurationPerJob": "MaxWall",
+    "Priority": "Priority",
+}
+TRES_KEYS = {
+    "GrpTRES",
+    "GrpTRESMins",
+    "GrpTRESRunMins",
+    "MaxTRESPerJob",
+    "MaxTRESMinsPerJob",
+    "MaxTRESPerUser",
+    "MaxTRESPerNode",
 }
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator"}
@@ -105,8 +136,13 @@ def norm(key, value):
     if isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     value = str(value).strip()
-    if key.endswith("Wall"):
+    if key.endswith("Wall") or key == "MaxWallDurationPerJob":
         return norm_time(value)
+    if key in TRES_KEYS:  # "gres/gpu=2,cpu=8" in any order; "=-1" clears one TRES
+        pairs = sorted(p.strip() for p in value.split(",") if p.strip() and not p.strip().endswith("=-1"))
+        return ",".join(pairs)
+    if value in ("-1", "UNLIMITED"):
+        return ""
     if key == "Flags":
         return ",".join(sorted(v for v in value.split(",") if v))
     if key in ("Description",):
@@ -123,9 +159,7 @@ class Sacctmgr:
         argv = ["sacctmgr", "-n", "-P", "show", entity, *where, "format=" + ",".join(fields)]
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
-            self.module.fail_json(
-                msg=f"sacctmgr show {entity} failed: {err.strip() or out.strip()}", argv=argv
-            )
+            self.module.fail_json(msg=f"sacctmgr show {entity} failed: {err.strip() or out.strip()}", argv=argv)
         rows = []
         for line in out.splitlines():
             if line.strip():
@@ -143,6 +177,24 @@ class Sacctmgr:
             self.module.fail_json(msg=f"sacctmgr failed: {text}", argv=argv, commands=self.commands)
 
 
+ASSOC_KEYS = {
+    "accounts": {"name", "description", "organization", "parent", "qos", "default_qos"},
+    "users": {"name", "account", "qos", "default_qos", "admin_level"},
+}
+
+
+def limit_changes(item, cur, before, after, section, label):
+    """sacctmgr set arguments for the association limits in ``item`` that differ from the row ``cur``."""
+    changes = []
+    for key in sorted(set(item) & set(ASSOC_FIELDS)):
+        have = cur.get(ASSOC_FIELDS[key], "")
+        if norm(key, have) != norm(key, item[key]):
+            changes.append(f"{key}={item[key]}")
+            before.setdefault(section, {}).setdefault(label, {})[key] = have
+            after.setdefault(section, {}).setdefault(label, {})[key] = item[key]
+    return changes
+
+
 def validate(module, p):
     for kind in ("qos", "accounts", "users"):
         for i, item in enumerate(p[kind]):
@@ -155,6 +207,13 @@ def validate(module, p):
                     module.fail_json(
                         msg=f"qos[{i}] ({name}): unknown field(s) {', '.join(unknown)}; "
                         f"known: {', '.join(sorted(QOS_FIELDS))}"
+                    )
+            if kind in ("accounts", "users"):
+                unknown = sorted(set(item) - set(ASSOC_FIELDS) - ASSOC_KEYS[kind])
+                if unknown:
+                    module.fail_json(
+                        msg=f"{kind}[{i}] ({name}): unknown field(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(sorted(ASSOC_KEYS[kind] | set(ASSOC_FIELDS)))}"
                     )
             if kind == "users" and not item.get("account"):
                 module.fail_json(msg=f"users[{i}] ({name}): account is required")
@@ -217,7 +276,7 @@ def main():
                 s.run(["modify", "qos", "where", "name=" + name, "set", *changes])
 
     # accounts
-    assoc_fields = ["account", "user", "qos", "defaultqos", "parentname"]
+    assoc_fields = ["account", "user", "qos", "defaultqos", "parentname", *sorted(set(ASSOC_FIELDS.values()))]
     assocs = s.show("assoc", assoc_fields, where=["where", "cluster=" + cluster])
     acct_rows = {r["account"]: r for r in assocs if not r["user"]}
     for a in p["accounts"]:
@@ -231,19 +290,20 @@ def main():
             if a.get("parent"):
                 argv.append("Parent=" + a["parent"])
             s.run(argv)
-            cur_qos, cur_def = [], ""
+            cur_qos, cur_def, cur = [], "", {}
             after.setdefault("accounts", {})[name] = "added"
         else:
-            cur_qos = sorted(q for q in acct_rows[name]["qos"].split(",") if q)
-            cur_def = acct_rows[name]["defaultqos"]
-        sets = []
+            cur = acct_rows[name]
+            cur_qos = sorted(q for q in cur["qos"].split(",") if q)
+            cur_def = cur["defaultqos"]
+        sets = limit_changes(a, cur, before, after, "account_limits", name)
         if qos and qos != cur_qos:
             sets.append("QOS=" + ",".join(qos))
         if a.get("default_qos") and a["default_qos"] != cur_def:
             sets.append("DefaultQOS=" + a["default_qos"])
         if sets:
             s.run(["modify", "account", "where", "name=" + name, "cluster=" + cluster, "set", *sets])
-            after.setdefault("accounts", {})[name] = sets
+            after.setdefault("accounts", {}).setdefault(name, sets)
 
     # users (one association per user and account)
     user_rows = [r for r in assocs if r["user"]]
@@ -256,7 +316,7 @@ def main():
             cur = {"qos": "", "defaultqos": ""}
         else:
             cur = have[(user, account)]
-        sets = []
+        sets = limit_changes(u, cur, before, after, "user_limits", f"{user}@{account}")
         if u.get("qos"):
             q = sorted(u["qos"])
             if q != sorted(x for x in cur["qos"].split(",") if x):
@@ -276,7 +336,7 @@ def main():
                     *sets,
                 ]
             )
-            after.setdefault("users", {})[user] = sets
+            after.setdefault("users", {}).setdefault(user, sets)
     # admin levels (a property of the user, not of an association)
     levels = {u["name"]: ADMIN_LEVELS[str(u["admin_level"]).lower()] for u in p["users"] if u.get("admin_level")}
     if levels:
