@@ -12,9 +12,9 @@ MOLECULE_LOCK := /tmp/carme-molecule.lock
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: demo demo-down demo-status deploy test lint unit molecule e2e host image venv bench clean
+.PHONY: demo demo-down demo-status deploy test lint unit molecule e2e host image wheelhouse venv bench clean
 
-demo: host venv image ## bring up the embedded demo cluster and deploy site.yml on it
+demo: host venv image wheelhouse ## bring up the embedded demo cluster and deploy site.yml on it
 	carme demo up $(DEMO_UP_FLAGS)
 
 demo-down: venv
@@ -33,6 +33,9 @@ test: export CARME_REQUIRED = 1
 
 host:
 	bash scripts/host-setup.sh
+
+wheelhouse: venv ## the wheels the test-bed nodes install (built once per content, cached in /var/cache/carme)
+	bash scripts/wheelhouse.sh
 
 image: host ## the node image (rebuilt only when its recipe changes), then prove containers resolve each other
 	bash images/node/build.sh
@@ -58,7 +61,7 @@ unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, 
 e2e: demo ## the browser end-to-end tests against the demo (brought up first); a missing demo fails, never skips
 	CARME_E2E_REQUIRED=1 flock $(MOLECULE_LOCK) pytest -m e2e tests/e2e
 
-molecule: venv image ## every Molecule scenario, one after another
+molecule: venv image wheelhouse ## every Molecule scenario, one after another
 	for s in $(SCENARIOS); do
 	  echo "=== molecule scenario $$s"
 	  flock $(MOLECULE_LOCK) molecule test -s $$s

@@ -199,7 +199,7 @@ def cmd_demo_up(args: argparse.Namespace, runner: demo.CmdRunner = demo.run_cmd)
     project = find_project_dir()
     inventory = project / demo.DEMO_INVENTORY
     out = _Output(args.json)
-    problem = demo.preflight(demo.node_image(inventory), runner)
+    problem = demo.preflight(demo.node_image(inventory), runner, wheelhouse=project / demo.WHEELHOUSE)
     if problem:
         sys.stderr.write(f"carme: {problem}\n")
         return out.done(ExitCode.ERROR)

@@ -24,6 +24,7 @@ DEFAULT_IMAGE = "localhost/carme-node:debian12"
 DEFAULT_HTTPS_PORT = 8443
 SECRETS_DIR = ".secrets/demo/"
 DEMO_ID_FILE = "demo-id"
+WHEELHOUSE = ".cache/wheelhouse"  # scripts/wheelhouse.sh links it; the demo inventory mounts it into every node
 ID_LABEL = "carme.demo_id"  # which checkout's secrets the containers were deployed with
 OWNER_LABEL = "carme.demo_secrets"  # that checkout's secrets dir
 CMD_TIMEOUT = 60
@@ -99,7 +100,12 @@ def node_image(inventory: Path) -> str:
 
 
 # -- checks before `demo up` -------------------------------------------------------------------------------
-def preflight(image: str, runner: CmdRunner = run_cmd, which: Callable[[str], str | None] = shutil.which) -> str:
+def preflight(
+    image: str,
+    runner: CmdRunner = run_cmd,
+    which: Callable[[str], str | None] = shutil.which,
+    wheelhouse: Path | None = None,
+) -> str:
     """Empty when the demo can be created, else what to do first."""
     if which("podman") is None:
         return "podman is not installed: install podman (and runc), see docs / .ci/run"
@@ -108,6 +114,8 @@ def preflight(image: str, runner: CmdRunner = run_cmd, which: Callable[[str], st
         return f"the node image {image} does not exist: build it with `make image` (images/node/build.sh)"
     if rc != 0:
         return f"podman cannot check the image {image}: {err.strip() or f'rc={rc}'}"
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        return f"the wheelhouse {wheelhouse} does not exist: build it with `make wheelhouse` (scripts/wheelhouse.sh)"
     return ""
 
 

@@ -237,6 +237,14 @@ def test_preflight() -> None:
     assert demo.preflight(image, FakeRunner({exists: (0, "", "")}), which=lambda _n: "/usr/bin/podman") == ""
 
 
+def test_preflight_wheelhouse(tmp_path: Path) -> None:
+    image = demo.DEFAULT_IMAGE
+    runner = FakeRunner({("podman", "image", "exists", image): (0, "", "")})
+    missing = demo.preflight(image, runner, which=lambda _n: "/usr/bin/podman", wheelhouse=tmp_path / "none")
+    assert "make wheelhouse" in missing
+    assert demo.preflight(image, runner, which=lambda _n: "/usr/bin/podman", wheelhouse=tmp_path) == ""
+
+
 def test_https_port_and_image_from_inventory(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  vars:\n    demo_nodes_https_port: 9443\n", encoding="utf-8")
@@ -360,7 +368,7 @@ def test_plan_up_refuses_a_live_checkouts_demo_unless_replace(tmp_path: Path) ->
 def demo_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[tuple[str, object]]]:
     project = make_project(tmp_path / "checkout")
     monkeypatch.setenv(PROJECT_ENV, str(project))
-    monkeypatch.setattr(demo, "preflight", lambda *_a: "")
+    monkeypatch.setattr(demo, "preflight", lambda *_a, **_k: "")
     plays: list[tuple[str, object]] = []
 
     def fake_demo_nodes(_out: object, _project: Path, state: str, labels: object = None) -> bool:
