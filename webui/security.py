@@ -167,13 +167,18 @@ def current_user() -> CurrentUser | None:
 def _recheck(key: str, username: str, now: dt.datetime) -> bool | None:
     """Read the user's groups from LDAP again: the new admin flag, or None when the login must end.
 
-    LDAP unreachable: no admin rights until the next check (fail closed), the login itself goes on.
+    LDAP unreachable (or no groups readable): no admin rights until the next check (fail closed), the login goes on.
     """
     cfg = current_app.config
     try:
         groups: frozenset[str] | None = directory_groups(cfg, username)
     except LdapUnavailable as exc:
-        current_app.logger.warning("admin recheck for %s: LDAP unavailable: %s", username, exc)
+        current_app.logger.warning("group recheck for %s: LDAP unavailable: %s", username, exc)
+        groups = None
+    if not groups:
+        # No group at all: more likely a directory that hides groups from this bind (set LDAP_BIND_DN) than a user
+        # without any; treated like LDAP being down rather than as a removal from LDAP_USER_GROUP.
+        current_app.logger.warning("group recheck for %s: no groups readable (LDAP_BIND_DN?)", username)
         groups = None
     required = cfg.get("LDAP_USER_GROUP")
     if groups is not None and required and required not in groups:

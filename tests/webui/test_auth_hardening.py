@@ -216,13 +216,25 @@ def test_the_admin_flag_is_read_from_ldap_again_after_the_interval(make_ldap_app
 
 @pytest.mark.host
 def test_a_user_no_longer_in_the_user_group_is_logged_out(make_ldap_app: AppFactory) -> None:
-    app = make_ldap_app(LOGIN_RECHECK_SECONDS=0)
+    app = make_ldap_app(LOGIN_RECHECK_SECONDS=0, LDAP_USER_GROUP="carme-admins")  # as if alice left the group
     client = app.test_client()
-    log_in_as(app, client, "dave")  # not in carme-users (LDAP_USER_GROUP) any more
+    log_in_as(app, client, "alice")
     assert client.get("/api/sessions").status_code == 401
     with app.app_context():
-        assert db.session.query(Login).filter_by(username="dave").count() == 0
-        assert db.session.query(AuditLog).filter_by(action="login.ended", target="dave").count() == 1
+        assert db.session.query(Login).filter_by(username="alice").count() == 0
+        assert db.session.query(AuditLog).filter_by(action="login.ended", target="alice").count() == 1
+    carol = app.test_client()
+    log_in_as(app, carol, "carol", admin=True)
+    assert carol.get("/admin/").status_code == 200
+
+
+@pytest.mark.host
+def test_unreadable_groups_drop_admin_rights_but_end_no_login(make_ldap_app: AppFactory) -> None:
+    app = make_ldap_app(LOGIN_RECHECK_SECONDS=0, LDAP_BIND_DN=None)  # anonymous: the fixture hides everything
+    client = app.test_client()
+    log_in_as(app, client, "carol", admin=True)
+    assert client.get("/admin/").status_code == 403
+    assert client.get("/api/sessions").status_code == 200
 
 
 def test_ldap_down_at_the_recheck_drops_admin_rights_not_the_login(base_config: dict[str, Any]) -> None:
