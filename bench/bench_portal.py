@@ -172,19 +172,23 @@ def seed_and_sign(cfg: Path, users: int) -> list[str]:
     from webui.cli import upgrade_database
     from webui.extensions import db
     from webui.models import User
+    from webui.security import start_login
 
     app = create_app()
+    tokens = []
     with app.app_context():
         upgrade_database()
         for i in range(users):
-            db.session.add(User(username=f"bench{i:03d}", totp_secret="X" * 32, totp_confirmed=True, session_version=1))
+            user = User(username=f"bench{i:03d}", totp_secret="X" * 32, totp_confirmed=True, session_version=1)
+            db.session.add(user)
+            db.session.flush()
+            with app.test_request_context("/"):
+                tokens.append(start_login(user, is_admin=False))  # the server-side login auth.totp records
         db.session.commit()
         db.engine.dispose()
     serializer = app.session_interface.get_signing_serializer(app)  # type: ignore[attr-defined]
     # What auth.totp puts in the session (a permanent one, so Flask re-signs it on every response).
-    return [
-        serializer.dumps({"_permanent": True, "user": f"bench{i:03d}", "ver": 1, "admin": False}) for i in range(users)
-    ]
+    return [serializer.dumps({"_permanent": True, "login": token}) for token in tokens]
 
 
 def start_gunicorn(cfg: Path, port: int, workers: int, threads: int) -> subprocess.Popen[bytes]:
