@@ -1,0 +1,251 @@
+"""The proxy reaches only the owner's app, on the live demo cluster (issue 11, adversarial).
+
+Against the deployed portal (nginx + gunicorn + MariaDB + slurmrestd, sessions started by ``carme-launch``):
+
+* bob, with a JupyterLab session on alice's node, rewrites his own job comment (``scontrol update``, as bob) to
+  alice's front, then to slurmd's port 6818 and slurmctld's 6817: ``/proxy/<bob's job>/...`` then answers no 200
+  and no 502 and shows nothing of Jupyter (before the fix: alice's Jupyter Server page, and a 502 from slurmd).
+  With his comment restored, his own session answers again (the test is not passing for a trivial reason);
+* ``/api/proxy-auth`` from outside, with alice's cookie and a forged ``X-Original-URI``, is a 404 under every
+  spelling, and no answer carries an ``X-Carme-*`` header (it is nginx's internal ``auth_request`` target only);
+* on alice's node, bob's direct connections to her published port get 403 from her session front, with or
+  without a Jupyter token, and her app itself listens on 127.0.0.1 only (not on the node address);
+* where the demo offers TensorBoard (an app without authentication), the same holds for it; that another user on the
+  node can still reach the app's loopback port is the documented residual (xfail).
+
+Uses the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo unless ``CARME_E2E_REQUIRED=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import pytest
+
+from tests.fixtures.demo import BASE
+from tests.fixtures.demo import Demo
+from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import job_comment
+from tests.fixtures.demo import login
+from tests.fixtures.demo import on_head
+from tests.fixtures.demo import run
+
+pytestmark = pytest.mark.e2e
+
+NODE_PREFIX = os.environ.get("CARME_E2E_NODE_PREFIX", "carme-demo-")  # container = prefix + Slurm node name
+READY_TIMEOUT_S = 300.0
+SLURM_PORTS = (6817, 6818)  # slurmctld, slurmd
+
+
+@dataclass
+class Party:
+    user: str
+    page: Any = None
+    job_id: int = 0
+    node: str = ""
+    host: str = ""
+    port: int = 0
+    jobs: list[int] = field(default_factory=list)
+
+    @property
+    def api(self) -> Any:
+        return self.page.context.request
+
+
+def comment_fields(job_id: int) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in job_comment(job_id).split(";") if "=" in kv)
+
+
+def node_of(job_id: int) -> str:
+    return on_head("squeue", "--noheader", "--format=%N", "--jobs", str(job_id)).stdout.strip()
+
+
+def on_node(node: str, *argv: str, timeout: float = 60) -> Any:
+    return run(["podman", "exec", NODE_PREFIX + node, *argv], timeout=timeout)
+
+
+def as_bob_on(node: str, *argv: str) -> Any:
+    return on_node(node, "runuser", "-u", "bob", "--", *argv)
+
+
+def start_session(party: Party, app: str = "jupyterlab", image: str = "jupyter") -> int:
+    body = {"app": app, "image": image, "gpus": 0, "time_minutes": 20}
+    resp = party.api.post(f"{BASE}/api/sessions", data=body, headers=csrf_headers(party.page.context))
+    assert resp.status == 201, resp.text()
+    job_id = int(resp.json()["job_id"])
+    party.jobs.append(job_id)
+    return job_id
+
+
+def wait_ready(party: Party, job_id: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        views = party.api.get(f"{BASE}/api/sessions").json()["sessions"]
+        view = next((v for v in views if v["job_id"] == job_id), None)
+        if view is not None and view["ready"]:
+            return
+        state = view["state"] if view else "gone"
+        assert time.monotonic() < deadline, f"{party.user}'s job {job_id} not ready after {READY_TIMEOUT_S:.0f} s"
+        assert state not in ("gone", "FAILED", "CANCELLED", "COMPLETED", "TIMEOUT"), state
+        time.sleep(3)
+
+
+def publish(party: Party, job_id: int) -> None:
+    fields = comment_fields(job_id)
+    party.job_id, party.node = job_id, node_of(job_id)
+    party.host, party.port = fields["host"], int(fields["port"])
+
+
+@contextlib.contextmanager
+def only_node(node: str) -> Iterator[None]:
+    """Drain every other compute node, so that the next session lands on ``node``; resume them afterwards."""
+    nodes = on_head("sinfo", "--noheader", "--Node", "--format=%N").stdout.split()
+    others = sorted({n for n in nodes if n != node})
+    for other in others:
+        on_head("scontrol", "update", f"NodeName={other}", "State=DRAIN", "Reason=carme-e2e-proxy")
+    try:
+        yield
+    finally:
+        for other in others:
+            on_head("scontrol", "update", f"NodeName={other}", "State=RESUME")
+
+
+@pytest.fixture(scope="module")
+def parties(demo: Demo) -> Iterator[tuple[Party, Party]]:
+    """alice's and bob's JupyterLab sessions, started through the portal, on the same node."""
+    alice, bob = Party("alice"), Party("bob")
+    for user in ("alice", "bob"):
+        on_head("scancel", "--user", user)  # leftovers of an interrupted run
+    try:
+        alice.page, _ = login(demo, "alice")
+        bob.page, _ = login(demo, "bob")
+        job = start_session(alice)
+        wait_ready(alice, job)
+        publish(alice, job)
+        with only_node(alice.node):
+            job = start_session(bob)
+            wait_ready(bob, job)
+        publish(bob, job)
+        assert bob.node == alice.node, "bob's session must share alice's node for this test"
+        yield alice, bob
+    finally:
+        for party in (alice, bob):
+            for job in party.jobs:
+                on_head("scancel", str(job))
+            if party.page is not None:
+                party.page.context.close()
+
+
+def rewrite_comment(bob: Party, host: str, port: int) -> None:
+    comment = f"carme:v1;app=jupyterlab;host={host};port={port};state=ready"
+    done = on_head("runuser", "-u", "bob", "--", "scontrol", "update", f"JobId={bob.job_id}", f"Comment={comment}")
+    assert done.returncode == 0, done.stderr  # a user may edit their own job's comment: the attack is real
+    assert comment_fields(bob.job_id)["port"] == str(port)
+
+
+def assert_reaches_nothing(bob: Party, what: str) -> None:
+    for path in ("api/status", "api/contents", "lab"):
+        # A few tries: the portal's state cache is seconds old; none of them may ever show Jupyter.
+        for _ in range(3):
+            resp = bob.api.get(f"{BASE}/proxy/{bob.job_id}/{path}", max_redirects=0)
+            text = resp.text().lower()
+            assert resp.status != 200, f"{what}: /{path} answered 200: {text[:300]}"
+            assert resp.status != 502, f"{what}: /{path} reached something that is not an app (502)"
+            assert "jupyter" not in text, f"{what}: /{path} shows Jupyter: {text[:300]}"
+            assert resp.status in (302, 403, 404), f"{what}: /{path}: {resp.status}"
+            time.sleep(1)
+
+
+def test_bobs_comment_pointing_at_alice_or_slurm_reaches_nothing(parties: tuple[Party, Party]) -> None:
+    alice, bob = parties
+    own = (bob.host, bob.port)
+    ok = bob.api.get(f"{BASE}/proxy/{bob.job_id}/api/status", max_redirects=0)
+    assert ok.status == 200, f"bob's own session does not answer through the proxy: {ok.status}"
+    try:
+        rewrite_comment(bob, alice.host, alice.port)
+        assert_reaches_nothing(bob, "comment naming alice's port")
+        for port in SLURM_PORTS:
+            rewrite_comment(bob, alice.host, port)
+            assert_reaches_nothing(bob, f"comment naming port {port}")
+    finally:
+        rewrite_comment(bob, *own)
+    deadline = time.monotonic() + 30
+    while (status := bob.api.get(f"{BASE}/proxy/{bob.job_id}/api/status", max_redirects=0).status) != 200:
+        assert time.monotonic() < deadline, f"bob's session does not answer again after the restore: {status}"
+        time.sleep(2)
+    # alice's session was never disturbed
+    assert alice.api.get(f"{BASE}/proxy/{alice.job_id}/api/status", max_redirects=0).status == 200
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/proxy-auth", "/api/proxy-auth/", "/api//proxy-auth", "/api/proxy%2Dauth", "/api/proxy-auth?x=1"]
+)
+def test_proxy_auth_is_not_reachable_from_outside(parties: tuple[Party, Party], path: str) -> None:
+    alice, _bob = parties
+    resp = alice.api.get(BASE + path, headers={"X-Original-URI": f"/proxy/{alice.job_id}/lab"}, max_redirects=0)
+    assert resp.status == 404, (path, resp.status)
+    assert not [h for h in resp.headers if h.lower().startswith("x-carme-")], resp.headers
+    # and with curl, without any cookie
+    curl = run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", BASE + path])
+    assert curl.stdout.strip() == "404", (path, curl.stdout, curl.stderr)
+
+
+def test_bob_on_the_node_is_refused_by_alices_front(parties: tuple[Party, Party]) -> None:
+    alice, bob = parties
+    base = f"http://{alice.host}:{alice.port}/proxy/{alice.job_id}"
+    for extra in ([], ["-H", "Authorization: token not-the-secret"], ["-H", "X-Carme-Front: 00"]):
+        code = as_bob_on(bob.node, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", *extra, base + "/api/status")
+        assert code.stdout.strip() == "403", (extra, code.stdout, code.stderr)
+
+
+def test_alices_app_listens_on_loopback_only(parties: tuple[Party, Party]) -> None:
+    alice, _bob = parties
+    info = on_node(alice.node, "cat", f"/home/alice/.carme/sessions/{alice.job_id}.json")
+    assert info.returncode == 0, info.stderr
+    conn = json.loads(info.stdout)
+    app_port = int(conn["app_port"])
+    assert app_port != alice.port and int(conn["port"]) == alice.port
+    listening = on_node(alice.node, "ss", "-H", "-ltn").stdout.split("\n")
+    local = [line.split()[3] for line in listening if line.split() and line.split()[3].endswith(f":{app_port}")]
+    assert local, f"nothing listens on the app port {app_port}: {listening}"
+    assert all(addr.startswith(("127.0.0.1:", "[::1]:")) for addr in local), local
+
+
+def tensorboard_offered(party: Party) -> bool:
+    page = party.api.get(f"{BASE}/sessions/new").text()
+    return 'value="tensorboard"' in page
+
+
+def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, Party]) -> None:
+    alice, _bob = parties
+    if not tensorboard_offered(alice):
+        pytest.skip("the demo offers no TensorBoard (no image allows it)")
+    job = start_session(alice, app="tensorboard")
+    wait_ready(alice, job)
+    fields = comment_fields(job)
+    url = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
+    code = as_bob_on(node_of(job), "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
+    assert code.stdout.strip() == "403", code.stdout
+    assert alice.api.get(f"{BASE}/proxy/{job}/", max_redirects=0).status == 200
+
+
+@pytest.mark.xfail(reason="residual: the app's 127.0.0.1 port is reachable by other users on the node", strict=False)
+def test_tensorboard_loopback_port_is_not_reachable_by_bob(parties: tuple[Party, Party]) -> None:
+    alice, _bob = parties
+    if not tensorboard_offered(alice):
+        pytest.skip("the demo offers no TensorBoard (no image allows it)")
+    job = next((j for j in alice.jobs if j != alice.job_id), 0) or start_session(alice, app="tensorboard")
+    wait_ready(alice, job)
+    node = node_of(job)
+    conn = json.loads(on_node(node, "cat", f"/home/alice/.carme/sessions/{job}.json").stdout)
+    code = as_bob_on(
+        node, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{conn['app_port']}/proxy/{job}/"
+    )
+    assert code.stdout.strip() != "200"
