@@ -34,6 +34,7 @@ import pytest
 
 from carme_runtime.apps import AppSpec
 from carme_runtime.apps import load_apps
+from carme_runtime.front import front_headers
 from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import build_rest_payload
@@ -212,8 +213,11 @@ def test_session_becomes_ready_and_publishes_where_it_listens(host_slurm: HostSl
 def test_session_answers_only_with_its_secret(jupyter_session: Session) -> None:
     s = jupyter_session
     url = s.base + "api/status"
-    assert http_status(url, s.app.proxy_headers(s.secret)) == 200
-    assert http_status(url, {"Authorization": f"token {s.secret}"}) == 200
+    key = front_headers(s.secret, s.job_id)  # the published port is the session front (carme_runtime.front)
+    assert http_status(url, s.app.proxy_headers(s.secret) | key) == 200
+    assert http_status(url, {"Authorization": f"token {s.secret}"} | key) == 200
+    assert http_status(url, s.app.proxy_headers(s.secret)) == 403  # the token alone does not pass the front
+    assert http_status(url, key) in (401, 403)  # nor the key alone: Jupyter still wants its token
     assert http_status(url) in (401, 403)
     assert http_status(url, {"Authorization": "token " + secrets.token_urlsafe(32)}) in (401, 403)
     # the UI itself sends an anonymous browser to the login page instead of serving it
@@ -304,7 +308,7 @@ def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env
         assert fields["UserId"].startswith(f"{user}("), fields
         assert fields["TresPerNode"] == "gres:gpu:1", fields
         base = f"http://{parsed['host']}:{parsed['port']}{app.base_url(job_id)}"
-        assert http_status(base + "api/status", app.proxy_headers(secret)) == 200
+        assert http_status(base + "api/status", app.proxy_headers(secret) | front_headers(secret, job_id)) == 200
         assert http_status(base + "api/status") in (401, 403)
     finally:
         host_slurm.run(["scancel", str(job_id)], check=False)
