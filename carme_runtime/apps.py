@@ -13,7 +13,9 @@ Templates may use only these placeholders: ``{port} {host} {secret} {base_url} {
 * ``token``: the app checks a token; ``{secret}`` must appear in ``env`` or ``argv``. The portal proxy
   injects ``secret_header`` into the requests it forwards, so the user never types the token.
 * ``password``: the app asks for a password; ``{secret}`` must appear in ``env`` (never argv).
-* ``proxy``: the app has no authentication (TensorBoard); the portal proxy is the only gate.
+* ``proxy``: the app has no authentication (TensorBoard). ``carme-launch`` starts every app on ``127.0.0.1``
+  behind the session front (:mod:`carme_runtime.front`), which forwards nothing without the session's front key;
+  the portal proxy (owner check) and the front are the gates.
 
 Rendering refuses an empty or short secret and any argv that turns authentication off
 (``--auth none``, an empty ``token=``/``password=``).
