@@ -102,6 +102,10 @@ READINESS_TIMEOUT_SECONDS = 1.0
 READINESS_CACHE_SECONDS = 5.0
 # Admins do not get into a user's IDE through the proxy unless this is True.
 PROXY_ADMIN_ACCESS = False
+# The proxy reaches only a session front that proved it knows the session secret (docs/portal.md, "Session fronts").
+PROXY_PORT_RANGE = (32768, 60999)  # ports the portal challenges and proxies to (carme_runtime.front.PORT_RANGE)
+PROXY_VERIFY_CACHE_SECONDS = 60.0  # how long a front's proof is reused
+PROXY_AUTH_CACHE_SECONDS = 300.0  # database down: a grant confirmed this long ago still authorises; 0 = never
 
 # --- Quota defaults (used until an admin saves a default policy row) -------------
 QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0
