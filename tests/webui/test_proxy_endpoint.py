@@ -331,3 +331,10 @@ def test_nothing_listens_where_the_comment_points(
     assert auth(client, b).status_code == 404
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", free), timeout=2).close()
+
+
+def test_the_portal_port_range_is_the_launchers() -> None:
+    from webui import settings
+
+    assert settings.PROXY_PORT_RANGE == front.PORT_RANGE
+    assert settings.PROXY_AUTH_CACHE_SECONDS == 300.0  # 5 minutes, never more by default
