@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Build, once per content, the wheels that the roles install on the test-bed nodes: the portal's dependencies
 # (pinned by requirements/constraints.txt) and the demo inventory's app environments (carme_runtime_envs).
-# Kept under /var/cache/carme/wheelhouse/<hash of the inputs>, shared by every checkout on this machine, and linked
-# as .cache/wheelhouse; the demo and Molecule nodes mount it read-only at /opt/carme/wheelhouse and pip installs
-# from it with --no-index (carme_runtime_wheelhouse, carme_webui_wheelhouse): nothing is downloaded per node.
+# One flat directory per machine, /var/cache/carme/wheelhouse, shared by every checkout and only ever added to (a
+# stamp per input hash says what it already holds), linked as .cache/wheelhouse. The demo and Molecule nodes mount
+# it read-only at /opt/carme/wheelhouse, and pip installs from it with --no-index (carme_runtime_wheelhouse,
+# carme_webui_wheelhouse): nothing is downloaded per node. Its path never changes, so new wheels never force the
+# demo's containers to be recreated.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$top/.venv/bin/python}
@@ -20,9 +22,9 @@ PYEOF
 )
 key=$( (cat "$top/requirements/constraints.txt" "$top/pyproject.toml" "$0"; printf '%s\n' "${envs[@]}") \
   | sha256sum | cut -c1-16)
-dest=$cache/$key
+stamp=$cache/.complete-$key
 mkdir -p "$cache" "$top/.cache"
-if [ ! -f "$dest/.complete" ]; then
+if [ ! -f "$stamp" ]; then
   start=$(date +%s)
   work=$(mktemp -d "$cache/.build-$key.XXXXXX")
   trap 'rm -rf "$work"' EXIT
@@ -36,12 +38,11 @@ if [ ! -f "$dest/.complete" ]; then
       | grep -v '^WARNING: Location' || true
   fi
   ls "$work"/*.whl > /dev/null
-  touch "$work/.complete"
-  rm -rf "$dest"
-  mv "$work" "$dest"
-  trap - EXIT
-  echo "wheelhouse: built $dest ($(ls "$dest"/*.whl | wc -l) wheels) in $(($(date +%s) - start)) s"
+  # add, never replace: a file of the same name is the same wheel (name, version, tags)
+  cp -n "$work"/*.whl "$cache/"
+  touch "$stamp"
+  echo "wheelhouse: added $(ls "$work"/*.whl | wc -l) wheels to $cache in $(($(date +%s) - start)) s"
 else
-  echo "wheelhouse: $dest is up to date ($(ls "$dest"/*.whl | wc -l) wheels)"
+  echo "wheelhouse: $cache holds these wheels already ($(ls "$cache"/*.whl | wc -l) wheels)"
 fi
-ln -sfn "$dest" "$link"
+ln -sfn "$cache" "$link"
