@@ -1,0 +1,227 @@
+"""Limits Slurm enforces for every job, applied by the slurm role's ``slurm_accounting`` module (``host_slurm``).
+
+The policy is the demo's, scaled to this one-node cluster (2 CPUs or more, 4 fake GPUs): two QOS of our own with
+``DenyOnLimit`` (``lim-batch``, the user's default, and ``lim-inter`` with 1 GPU per user, like the portal's
+``interactive``), and on bob's association ``GrpTRES=gres/gpu=2``, ``MaxJobs``, ``GrpTRESMins=gres/gpu=...``:
+
+* the module applies them, dry-run in check mode, idempotent;
+* plain ``sbatch`` cannot get past them: too many GPUs for a QOS or the association, a QOS or account outside the
+  association, a time over the partition's MaxTime (``EnforcePartLimits=ALL``) are refused at submit with the reason;
+* the association's totals hold across QOS: GPUs held in one QOS count against a job in the other, and so do jobs;
+* a GPU-minute budget (``GrpTRESMins``, ``safe``) that is used up keeps the next GPU job from starting while CPU jobs
+  still run, and resetting the usage (what ``PriorityUsageResetPeriod=MONTHLY`` does) lets it start.
+
+bob's association is restored and the QOS are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fixtures.hostslurm import ACCOUNT
+from tests.fixtures.hostslurm import CLUSTER
+from tests.fixtures.hostslurm import HostSlurm
+from tests.roles.harness import ModuleRun
+from tests.roles.harness import run_module
+
+pytestmark = [pytest.mark.host, pytest.mark.slow]
+
+USER = "bob"
+BATCH = "lim-batch"
+INTER = "lim-inter"
+QOS = [
+    {"name": BATCH, "Flags": "DenyOnLimit", "MaxTRESPerUser": "gres/gpu=2"},
+    {"name": INTER, "Flags": "DenyOnLimit", "MaxTRESPerUser": "gres/gpu=1", "MaxWall": "00:30:00"},
+]
+POLICY = {"GrpTRES": "gres/gpu=2", "MaxJobs": 2, "MaxSubmitJobs": 10, "GrpTRESMins": "gres/gpu=100000"}
+REFUSED = "Job violates accounting/QOS policy"
+
+
+def apply(cluster: HostSlurm, *, check: bool = False, **limits: Any) -> ModuleRun:
+    user = {"name": USER, "account": ACCOUNT, "qos": [BATCH, INTER], "default_qos": BATCH, **POLICY, **limits}
+    args = {"cluster": CLUSTER, "qos": QOS, "users": [user], "purge_users": False}
+    run = run_module("slurm", "slurm_accounting", args, check=check, env={"SLURM_CONF": str(cluster.slurm_conf)})
+    assert run.rc == 0, run.output
+    return run
+
+
+def assoc(cluster: HostSlurm) -> dict[str, str]:
+    fields = ["qos", "defaultqos", "grptres", "maxjobs", "maxsubmit", "grptresmins"]
+    out = cluster.run(
+        ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={USER}", f"account={ACCOUNT}",
+         "format=" + ",".join(fields)]
+    ).stdout.strip()  # fmt: skip
+    return dict(zip(fields, out.split("|"), strict=True))
+
+
+def submit(cluster: HostSlurm, *args: str, seconds: int = 300) -> tuple[int | None, str]:
+    """sbatch as bob; (job id, "") when accepted, (None, sbatch's error) when refused."""
+    workdir = cluster.user_dir(USER)
+    argv = ["sbatch", "--parsable", f"--chdir={workdir}", "--output=/dev/null", "--mem=100", *args,
+            f"--wrap=sleep {seconds}"]  # fmt: skip
+    proc = cluster.run(argv, user=USER, check=False)
+    if proc.returncode == 0:
+        return int(proc.stdout.strip().split(";")[0]), ""
+    return None, proc.stderr.strip()
+
+
+def state(cluster: HostSlurm, job: int) -> tuple[str, str]:
+    out = cluster.run(["squeue", "--noheader", "-j", str(job), "--format=%T|%r"], check=False).stdout.strip()
+    st, _, reason = out.partition("|")
+    return st, reason
+
+
+def wait_state(cluster: HostSlurm, job: int, want: str, reason: str = "", timeout: float = 60) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout
+    got = ("", "")
+    while time.monotonic() < deadline:
+        got = state(cluster, job)
+        if got[0] == want and got[1].startswith(reason):
+            return got
+        time.sleep(0.5)
+    return got
+
+
+@pytest.fixture(scope="module")
+def policy(host_slurm: HostSlurm) -> Iterator[HostSlurm]:
+    try:
+        yield host_slurm
+    finally:
+        host_slurm.run(["scancel", "-u", USER], check=False)
+        time.sleep(2)
+        host_slurm.run(
+            ["sacctmgr", "-i", "modify", "user", "where", f"name={USER}", f"account={ACCOUNT}", "set", "QOS=normal",
+             "DefaultQOS=-1", "GrpTRES=gres/gpu=-1", "MaxJobs=-1", "MaxSubmitJobs=-1", "GrpTRESMins=gres/gpu=-1",
+             "RawUsage=0"],
+            check=False,
+        )  # fmt: skip
+        host_slurm.run(["sacctmgr", "-i", "delete", "qos", BATCH, INTER], check=False)
+
+
+@pytest.fixture
+def cluster(policy: HostSlurm) -> Iterator[HostSlurm]:
+    apply(policy)
+    try:
+        yield policy
+    finally:
+        policy.run(["scancel", "-u", USER], check=False)
+        deadline = time.monotonic() + 30
+        while policy.run(["squeue", "--noheader", "-u", USER], check=False).stdout.strip():
+            assert time.monotonic() < deadline, "bob's jobs did not leave the queue"
+            time.sleep(0.5)
+
+
+def test_module_applies_association_limits_dry_run_and_idempotent(policy: HostSlurm) -> None:
+    dry = apply(policy, check=True, MaxJobs=3)
+    before = assoc(policy)
+    assert before["maxjobs"] != "3", "check mode must not write"
+    modify = [c for c in dry.result["commands"] if c[:3] == ["sacctmgr", "-i", "modify"] and f"name={USER}" in c]
+    assert any("MaxJobs=3" in c for c in modify), dry.result["commands"]
+
+    run = apply(policy)
+    assert run.result["changed"], run.output
+    got = assoc(policy)
+    assert got == {
+        "qos": f"{INTER},{BATCH}" if got["qos"].startswith(INTER) else f"{BATCH},{INTER}",
+        "defaultqos": BATCH,
+        "grptres": "gres/gpu=2",
+        "maxjobs": "2",
+        "maxsubmit": "10",
+        "grptresmins": "gres/gpu=100000",
+    }, got
+    assert run.result["diff"]["after"]["user_limits"][f"{USER}@{ACCOUNT}"]["GrpTRES"] == "gres/gpu=2"
+    again = apply(policy)
+    assert not again.result["changed"], again.result.get("commands")
+
+
+def test_plain_sbatch_over_a_limit_is_refused_at_submit_with_the_reason(cluster: HostSlurm) -> None:
+    cases = {
+        ("--gres=gpu:3",): "GRES",  # more than the default QOS and the association allow at once
+        (f"--qos={INTER}", "--gres=gpu:2"): "QOSMaxGRESPerUser",  # more than the session QOS allows
+        (f"--qos={BATCH}", "--gres=gpu:3"): "GRES",
+        ("--qos=normal",): "Invalid qos specification",  # a QOS outside bob's association
+        ("--qos=no-such-qos",): "Invalid qos specification",
+        ("--account=no-such-account",): "Invalid account",
+        ("--partition=no-such-partition",): "invalid partition",
+        ("--time=01:00:01",): "Requested time limit is invalid",  # over the partition's MaxTime (EnforcePartLimits)
+        (f"--qos={INTER}", "--time=45"): "",  # over the QOS MaxWall
+    }
+    for args, reason in cases.items():
+        job, error = submit(cluster, *args)
+        assert job is None, f"sbatch {' '.join(args)} was accepted (job {job}); expected a refusal"
+        assert reason in error, f"sbatch {' '.join(args)}: {error}"
+        if "GRES" in reason:
+            assert REFUSED in error, error
+
+
+def test_gpus_held_in_one_qos_count_against_every_other(cluster: HostSlurm) -> None:
+    apply(cluster, MaxJobs=3)  # the GPU total, not the job count, is what holds the jobs here
+    two, _ = submit(cluster, f"--qos={BATCH}", "--gres=gpu:2", "--time=10")
+    assert two is not None and wait_state(cluster, two, "RUNNING")[0] == "RUNNING"
+    job, error = submit(cluster, f"--qos={INTER}", "--gres=gpu:1", "--time=10")
+    assert job is not None, error
+    got = wait_state(cluster, job, "PENDING", "AssocGrpGRES", timeout=15)
+    assert got == ("PENDING", "AssocGrpGRES"), got
+    # a job without GPUs still runs: only the GPU total holds the other, not the node (4 GPUs, a free CPU)
+    cpu, _ = submit(cluster, "--time=10")
+    assert cpu is not None and wait_state(cluster, cpu, "RUNNING")[0] == "RUNNING"
+    cluster.run(["scancel", str(two), str(job), str(cpu)])
+    time.sleep(2)
+    # and the other way round: 1 GPU in the session QOS, 1 in the batch QOS, a third one anywhere waits
+    inter, _ = submit(cluster, f"--qos={INTER}", "--gres=gpu:1", "--time=10")
+    batch, _ = submit(cluster, f"--qos={BATCH}", "--gres=gpu:1", "--time=10")
+    assert inter is not None and batch is not None
+    assert (
+        wait_state(cluster, inter, "RUNNING")[0] == "RUNNING" and wait_state(cluster, batch, "RUNNING")[0] == "RUNNING"
+    )
+    third, error = submit(cluster, f"--qos={BATCH}", "--gres=gpu:1", "--time=10")
+    assert third is not None, error
+    got = wait_state(cluster, third, "PENDING", "AssocGrpGRES", timeout=15)
+    assert got == ("PENDING", "AssocGrpGRES"), got
+
+
+def test_running_jobs_count_across_qos(cluster: HostSlurm) -> None:
+    apply(cluster, MaxJobs=1)
+    first, _ = submit(cluster, f"--qos={INTER}", "--time=10")
+    assert first is not None and wait_state(cluster, first, "RUNNING")[0] == "RUNNING"
+    second, error = submit(cluster, f"--qos={BATCH}", "--time=10")
+    assert second is not None, error
+    assert wait_state(cluster, second, "PENDING", "AssocMaxJobsLimit", timeout=15) == ("PENDING", "AssocMaxJobsLimit")
+    assert cluster.node_state().startswith("MIXED"), cluster.node_state()
+
+
+def gpu_minutes_used(cluster: HostSlurm) -> int:
+    """bob's GPU-minutes as slurmctld counts them against GrpTRESMins (``gres/gpu=LIMIT(USED)``)."""
+    out = cluster.run(["scontrol", "show", "assoc_mgr", f"users={USER}", f"accounts={ACCOUNT}", "flags=assoc"]).stdout
+    line = next(x for x in out.splitlines() if x.strip().startswith("GrpTRESMins="))
+    return int(line.split("gres/gpu=", 1)[1].split("(", 1)[1].split(")", 1)[0])
+
+
+def test_a_used_gpu_minute_budget_stops_new_gpu_jobs_until_the_usage_is_reset(cluster: HostSlurm) -> None:
+    apply(cluster, GrpTRESMins="gres/gpu=2")  # 2 GPU-minutes
+    # a job that alone needs more than the whole budget is refused at submit (DenyOnLimit)
+    job, error = submit(cluster, "--gres=gpu:1", "--time=3")
+    assert job is None and "AssocGrpGRESMinutes" in error and REFUSED in error, error
+    used, error = submit(cluster, "--gres=gpu:1", "--time=2", seconds=65)
+    assert used is not None, error
+    assert cluster.wait_job(used, timeout=150) == "COMPLETED"
+    deadline = time.monotonic() + 150  # usage is added every PriorityCalcPeriod (1 minute)
+    while gpu_minutes_used(cluster) < 1:
+        assert time.monotonic() < deadline, "slurmctld never counted the GPU-minutes of the finished job"
+        time.sleep(2)
+    # 1 of the 2 GPU-minutes is used: a 1-GPU job of 2 minutes could not finish within the rest (safe)
+    held, error = submit(cluster, "--gres=gpu:1", "--time=2")
+    assert held is not None, error
+    got = wait_state(cluster, held, "PENDING", "AssocGrpGRESMinutes", timeout=30)
+    assert got == ("PENDING", "AssocGrpGRESMinutes"), got
+    time.sleep(5)
+    assert state(cluster, held) == ("PENDING", "AssocGrpGRESMinutes")
+    cpu, _ = submit(cluster, "--time=2")
+    assert cpu is not None and wait_state(cluster, cpu, "RUNNING")[0] == "RUNNING"
+    # the monthly reset (PriorityUsageResetPeriod=MONTHLY) sets the usage to 0: then it starts
+    cluster.sacctmgr("modify", "user", "where", f"name={USER}", f"account={ACCOUNT}", "set", "RawUsage=0")
+    assert wait_state(cluster, held, "RUNNING", timeout=120)[0] == "RUNNING"
