@@ -147,9 +147,32 @@ def month_start(now: dt.datetime | None = None) -> dt.datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
+#: How long an unknown GPU-hour usage (slurmdbd or slurmrestd failed) is kept before Slurm is asked again.
+USAGE_FAILURE_CACHE_SECONDS = 10.0
+
+
+def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
+    """GPU-hours this month from Slurm's accounting; ``None`` when Slurm cannot say right now.
+
+    ``cached`` (display): a value for ``QUOTA_CACHE_SECONDS``, a failure for ``USAGE_FAILURE_CACHE_SECONDS``, so a
+    dashboard polling every 15 s does not query slurmdbd on every load while it is down.
+    """
+    since = month_start()
+    if not cached:
+        return scheduler().gpu_hours_used(username, since)
+    key = ("gpu_hours", username, since.isoformat())
+    hit, value = view_cache().get(key)
+    if hit:
+        return value  # type: ignore[no-any-return]
+    used = scheduler().gpu_hours_used(username, since)
+    ttl = float(current_app.config["QUOTA_CACHE_SECONDS"])
+    view_cache().put(key, used, ttl if used is not None else min(ttl, USAGE_FAILURE_CACHE_SECONDS))
+    return used
+
+
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
     policy = effective_policy(username, cached=cached)
-    used = scheduler().gpu_hours_used(username, month_start())
+    used = gpu_hours_used(username, cached=cached)
     return {
         "used_gpu_hours": None if used is None else round(used, 2),
         "limit_gpu_hours": policy.gpu_hours_per_month,
@@ -256,9 +279,15 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     ]
     if len(active) >= limits["max_sessions"]:
         raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}")
-    if gpus > 0:
+    if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"
         quota = quota_view(user.username)
-        if quota["used_gpu_hours"] is not None and quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
+        if quota["used_gpu_hours"] is None:
+            raise forms.FieldError(
+                "gpus",
+                "your GPU-hours used this month cannot be read from Slurm right now; "
+                "try again in a minute or start a CPU-only session",
+            )
+        if quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
             raise forms.FieldError("gpus", "your GPU-hour quota for this month is used up; start a CPU-only session")
 
     cfg = current_app.config

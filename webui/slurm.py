@@ -215,8 +215,31 @@ class SlurmClient:
         self.request("DELETE", f"{API}/job/{int(job_id)}", user)
 
     def accounting_jobs(self, user: str, since: int) -> list[dict[str, Any]]:
-        query = urllib.parse.urlencode({"users": user, "start_time": str(since)})
-        return list(self.request("GET", f"{API_DB}/jobs?{query}", user).get("jobs") or [])
+        """The user's jobs since ``since`` (epoch) from slurmdbd, without steps.
+
+        slurmrestd 22.05.8 answers 500 "Unknown Query field" to ``users=`` and cannot parse an epoch ``start_time``:
+        the query names the user's accounts (from ``/associations?user=``) and a local ``YYYY-MM-DDTHH:MM:SS`` start
+        (slurmrestd runs next to the portal), and the jobs of other users in those accounts are dropped here.
+        """
+        assocs = self.request("GET", f"{API_DB}/associations?{urllib.parse.urlencode({'user': user})}", user)
+        accounts = sorted(
+            {
+                str(a["account"])
+                for a in assocs.get("associations") or []
+                if isinstance(a, Mapping) and a.get("account") and a.get("user") == user
+            }
+        )
+        if not accounts:
+            return []
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+        query = urllib.parse.urlencode({"account": ",".join(accounts), "start_time": start, "skip_steps": "true"})
+        try:
+            jobs = self.request("GET", f"{API_DB}/jobs?{query}", user).get("jobs") or []
+        except SlurmError as exc:  # 22.05 reports an empty result as error 9003 "Nothing found"
+            if exc.errors and all(isinstance(e, Mapping) and e.get("error_number") == 9003 for e in exc.errors):
+                return []
+            raise
+        return [j for j in jobs if isinstance(j, dict) and j.get("user") == user]
 
 
 # --- parsing helpers ------------------------------------------------------
