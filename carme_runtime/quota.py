@@ -21,6 +21,12 @@ compares normalised values, :func:`apply_argv` builds ``sacctmgr -i`` argv lists
 Users are bound to the QOS through their association (``QOS=``/``DefaultQOS=``, see
 :func:`association_argv`), so every submission path (portal, sbatch, srun, REST) is limited.
 
+The slurm role does not call ``carme-quota apply``. Per-user limits and budgets are set on each user's association
+by the role's ``slurm_accounting`` module, from the inventory (roles/slurm/README.md, "Limits"), and the role
+resets association QOS lists to the inventory's. A QOS made here limits only the users bound to it until the next
+role run. Its ``MaxJobsPerUser`` would replace the association's ``MaxJobs`` for that QOS's jobs, and its
+``GrpTRESMins`` is one budget shared by everyone in the QOS. ``carme-quota report`` only reads.
+
 Usage: GPU-hours = sum over jobs of (GPUs from AllocTRES x elapsed seconds) / 3600, with jobs that cross
 a month boundary clipped to the month.
 """
