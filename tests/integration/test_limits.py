@@ -9,7 +9,8 @@ The policy is the demo's, scaled to this one-node cluster (2 CPUs or more, 4 fak
   association, a time over the partition's MaxTime (``EnforcePartLimits=ALL``) are refused at submit with the reason;
 * the association's totals hold across QOS: GPUs held in one QOS count against a job in the other, and so do jobs;
 * a GPU-minute budget (``GrpTRESMins``, ``safe``) that is used up keeps the next GPU job from starting while CPU jobs
-  still run, and resetting the usage (what ``PriorityUsageResetPeriod=MONTHLY`` does) lets it start.
+  still run, and resetting the usage (what ``PriorityUsageResetPeriod=MONTHLY`` does) lets it start;
+* the portal's accounting query is one this slurmrestd (22.05.8) accepts and gives bob's own jobs and GPU-hours.
 
 bob's association is restored and the QOS are deleted at the end.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -27,6 +29,9 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
+from webui.scheduler import SlurmScheduler
+from webui.slurm import SlurmClient
+from webui.slurm import TokenSource
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
@@ -225,3 +230,14 @@ def test_a_used_gpu_minute_budget_stops_new_gpu_jobs_until_the_usage_is_reset(cl
     # the monthly reset (PriorityUsageResetPeriod=MONTHLY) sets the usage to 0: then it starts
     cluster.sacctmgr("modify", "user", "where", f"name={USER}", f"account={ACCOUNT}", "set", "RawUsage=0")
     assert wait_state(cluster, held, "RUNNING", timeout=120)[0] == "RUNNING"
+
+
+def test_the_portal_reads_gpu_hours_through_this_slurmrestd(policy: HostSlurm) -> None:
+    client = SlurmClient(policy.restd_url, TokenSource(str(policy.jwt_key)))
+    since = datetime.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    jobs = client.accounting_jobs(USER, int(since.timestamp()))
+    assert jobs and {j["user"] for j in jobs} == {USER}, jobs
+    scheduler = SlurmScheduler(client, service_user=USER, cache_seconds=1, quota_cache_seconds=1, app_dirs=())
+    used = scheduler.gpu_hours_used(USER, since)
+    assert used is not None and used >= 65 / 3600, used  # the budget test's 65 s on 1 GPU, at least
+    assert client.accounting_jobs("dave", int(datetime.now().timestamp()) + 86400) == []  # "Nothing found"
