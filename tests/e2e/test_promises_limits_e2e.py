@@ -118,7 +118,10 @@ def test_a_used_gpu_minute_budget_holds_new_gpu_jobs(clean: Demo) -> None:
     where = ["where", f"name={USER}", f"account={ACCOUNT}"]
     before = on_head("sacctmgr", "-n", "-P", "show", "assoc", *where, "format=grptresmins").stdout.strip()
     try:
-        assert on_head("sacctmgr", "-i", "modify", "user", *where, "set", "GrpTRESMins=gres/gpu=2").returncode == 0
+        # this month's earlier GPU jobs of alice (other e2e tests) must not count: start from zero usage
+        for setting in ("GrpTRESMins=gres/gpu=2", "RawUsage=0"):
+            change = on_head("sacctmgr", "-i", "modify", "user", *where, "set", setting)
+            assert change.returncode == 0, change.stderr
         job, error = sbatch("--gres=gpu:1", "--time=3")
         assert job is None and "AssocGrpGRESMinutes" in error, error  # alone more than the whole budget
         used, error = sbatch("--gres=gpu:1", "--time=2", seconds=70)
