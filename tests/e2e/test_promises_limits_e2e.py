@@ -70,7 +70,13 @@ def clean(demo: Demo) -> Iterator[Demo]:
 
 
 def test_sbatch_cannot_exceed_the_gpu_limit_in_any_qos_or_partition(clean: Demo) -> None:
-    for args in (("--gres=gpu:3",), ("--qos=interactive", "--gres=gpu:2"), ("--partition=batch", "--gres=gpu:3")):
+    # 4 GPUs (2 on each node, so no node limit gets in the way) is over the 2 of her policy; 2 over interactive's 1
+    over = (
+        ("--gres=gpu:2", "--nodes=2"),
+        ("--qos=interactive", "--gres=gpu:2"),
+        ("--partition=batch", "--gres=gpu:2", "--nodes=2"),
+    )
+    for args in over:
         job, error = sbatch(*args, "--time=10")
         assert job is None and REFUSED in error, (args, job, error)
     for args in (("--qos=no-such-qos",), ("--partition=no-such-partition",), ("--account=no-such-account",)):
