@@ -34,7 +34,7 @@ test: export CARME_REQUIRED = 1
 host:
 	bash scripts/host-setup.sh
 
-wheelhouse: venv ## the wheels the test-bed nodes install (built once per content, cached in /var/cache/carme)
+wheelhouse: venv image ## the wheels the test-bed nodes install (built once per content, cached in /var/cache/carme)
 	bash scripts/wheelhouse.sh
 
 image: host ## the node image (rebuilt only when its recipe changes), then prove containers resolve each other
