@@ -98,12 +98,11 @@ def policy(host_slurm: HostSlurm) -> Iterator[HostSlurm]:
     finally:
         host_slurm.run(["scancel", "-u", USER], check=False)
         time.sleep(2)
-        host_slurm.run(
-            ["sacctmgr", "-i", "modify", "user", "where", f"name={USER}", f"account={ACCOUNT}", "set", "QOS=normal",
-             "DefaultQOS=-1", "GrpTRES=gres/gpu=-1", "MaxJobs=-1", "MaxSubmitJobs=-1", "GrpTRESMins=gres/gpu=-1",
-             "RawUsage=0"],
-            check=False,
-        )  # fmt: skip
+        where = ["where", f"name={USER}", f"account={ACCOUNT}"]
+        restore = ("QOS=normal", "DefaultQOS=normal", "GrpTRES=gres/gpu=-1", "MaxJobs=-1", "MaxSubmitJobs=-1",
+                   "GrpTRESMins=gres/gpu=-1")  # fmt: skip
+        host_slurm.sacctmgr("modify", "user", *where, "set", *restore)
+        host_slurm.sacctmgr("modify", "user", *where, "set", "RawUsage=0")
         host_slurm.run(["sacctmgr", "-i", "delete", "qos", BATCH, INTER], check=False)
 
 
