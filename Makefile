@@ -26,7 +26,13 @@ demo-status: venv
 deploy: venv ## deploy site.yml on the default inventory
 	carme deploy
 
-test: host venv image lint unit molecule e2e ## everything CI runs
+TEST_STEPS := host venv image wheelhouse lint unit molecule e2e
+test: ## everything CI runs, step by step, each step timed
+	for step in $(TEST_STEPS); do
+	  start=$$(date +%s)
+	  $(MAKE) --no-print-directory $$step
+	  echo "=== make $$step: $$(( $$(date +%s) - start )) s"
+	done
 
 # under `make test` (and CI=true) a test whose real component is missing fails instead of skipping
 test: export CARME_REQUIRED = 1

@@ -15,6 +15,7 @@ Uses the ``demo`` fixture's helpers (tests/fixtures/demo.py): skips without a de
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -135,7 +136,9 @@ def test_a_used_gpu_minute_budget_holds_new_gpu_jobs(clean: Demo) -> None:
         deadline = time.monotonic() + 240  # runs 70 s; usage is counted every PriorityCalcPeriod (1 minute)
         while True:
             out = on_head("scontrol", "show", "assoc_mgr", f"users={USER}", f"accounts={ACCOUNT}", "flags=assoc").stdout
-            if "gres/gpu=2(0)" not in out and "gres/gpu=2(" in out:
+            # alice's own record, its GrpTRESMins line (GrpTRES has a gres/gpu=2(...) of its own: running GPUs)
+            used_minutes = re.search(rf"UserName={USER}\(.*?\n\s*GrpTRESMins=[^\n]*gres/gpu=2\((\d+)\)", out, re.S)
+            if used_minutes and int(used_minutes.group(1)) >= 1:
                 break
             assert time.monotonic() < deadline, out
             time.sleep(5)

@@ -75,6 +75,21 @@ def as_bob_on(node: str, *argv: str) -> Any:
     return on_node(node, "runuser", "-u", "bob", "--", *argv)
 
 
+# An HTTP GET as bob on a node (the node image has python3, not curl): prints the status code.
+HTTP_GET = """
+import sys, urllib.error, urllib.request
+req = urllib.request.Request(sys.argv[1], headers=dict(h.split(": ", 1) for h in sys.argv[2:]))
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+"""
+
+
+def bob_gets(node: str, url: str, *headers: str) -> Any:
+    return as_bob_on(node, "python3", "-c", HTTP_GET, url, *headers)
+
+
 def start_session(party: Party, app: str = "jupyterlab", image: str = "jupyter") -> int:
     body = {"app": app, "image": image, "gpus": 0, "time_minutes": 20}
     resp = party.api.post(f"{BASE}/api/sessions", data=body, headers=csrf_headers(party.page.context))
@@ -150,9 +165,21 @@ def rewrite_comment(bob: Party, host: str, port: int) -> None:
     assert comment_fields(bob.job_id)["port"] == str(port)
 
 
-def assert_reaches_nothing(bob: Party, what: str) -> None:
+def status_started(party: Party) -> str | None:
+    """The `started` time of the Jupyter server that answers /api/status through the proxy (None: no 200)."""
+    resp = party.api.get(f"{BASE}/proxy/{party.job_id}/api/status", max_redirects=0)
+    return str(resp.json().get("started")) if resp.status == 200 else None
+
+
+def assert_reaches_nothing(bob: Party, what: str, own_started: str) -> None:
+    # The portal's snapshot of Slurm is seconds old: until it sees the rewritten comment, the proxy still goes to
+    # bob's own, proven endpoint. Any 200 in that window must be bob's own server (its `started` time), never alice's.
+    deadline = time.monotonic() + 30
+    while (started := status_started(bob)) is not None:
+        assert started == own_started, f"{what}: /api/status answered by another server (started {started})"
+        assert time.monotonic() < deadline, f"{what}: the proxy still answers 30 s after the rewrite"
+        time.sleep(1)
     for path in ("api/status", "api/contents", "lab"):
-        # A few tries: the portal's state cache is seconds old; none of them may ever show Jupyter.
         for _ in range(3):
             resp = bob.api.get(f"{BASE}/proxy/{bob.job_id}/{path}", max_redirects=0)
             text = resp.text().lower()
@@ -166,14 +193,15 @@ def assert_reaches_nothing(bob: Party, what: str) -> None:
 def test_bobs_comment_pointing_at_alice_or_slurm_reaches_nothing(parties: tuple[Party, Party]) -> None:
     alice, bob = parties
     own = (bob.host, bob.port)
-    ok = bob.api.get(f"{BASE}/proxy/{bob.job_id}/api/status", max_redirects=0)
-    assert ok.status == 200, f"bob's own session does not answer through the proxy: {ok.status}"
+    own_started = status_started(bob)
+    assert own_started is not None, "bob's own session does not answer through the proxy"
+    assert own_started != status_started(alice), "bob's and alice's servers cannot be told apart"
     try:
         rewrite_comment(bob, alice.host, alice.port)
-        assert_reaches_nothing(bob, "comment naming alice's port")
+        assert_reaches_nothing(bob, "comment naming alice's port", own_started)
         for port in SLURM_PORTS:
             rewrite_comment(bob, alice.host, port)
-            assert_reaches_nothing(bob, f"comment naming port {port}")
+            assert_reaches_nothing(bob, f"comment naming port {port}", own_started)
     finally:
         rewrite_comment(bob, *own)
     deadline = time.monotonic() + 30
@@ -200,8 +228,8 @@ def test_proxy_auth_is_not_reachable_from_outside(parties: tuple[Party, Party], 
 def test_bob_on_the_node_is_refused_by_alices_front(parties: tuple[Party, Party]) -> None:
     alice, bob = parties
     base = f"http://{alice.host}:{alice.port}/proxy/{alice.job_id}"
-    for extra in ([], ["-H", "Authorization: token not-the-secret"], ["-H", "X-Carme-Front: 00"]):
-        code = as_bob_on(bob.node, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", *extra, base + "/api/status")
+    for extra in ([], ["Authorization: token not-the-secret"], ["X-Carme-Front: 00"]):
+        code = bob_gets(bob.node, base + "/api/status", *extra)
         assert code.stdout.strip() == "403", (extra, code.stdout, code.stderr)
 
 
@@ -231,7 +259,7 @@ def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, P
     wait_ready(alice, job)
     fields = comment_fields(job)
     url = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
-    code = as_bob_on(node_of(job), "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url)
+    code = bob_gets(node_of(job), url)
     assert code.stdout.strip() == "403", code.stdout
     assert alice.api.get(f"{BASE}/proxy/{job}/", max_redirects=0).status == 200
 
@@ -245,7 +273,5 @@ def test_tensorboard_loopback_port_is_not_reachable_by_bob(parties: tuple[Party,
     wait_ready(alice, job)
     node = node_of(job)
     conn = json.loads(on_node(node, "cat", f"/home/alice/.carme/sessions/{job}.json").stdout)
-    code = as_bob_on(
-        node, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{conn['app_port']}/proxy/{job}/"
-    )
+    code = bob_gets(node, f"http://127.0.0.1:{conn['app_port']}/proxy/{job}/")
     assert code.stdout.strip() != "200"
