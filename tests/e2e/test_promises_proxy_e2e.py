@@ -172,12 +172,19 @@ def status_started(party: Party) -> str | None:
 
 
 def assert_reaches_nothing(bob: Party, what: str, own_started: str) -> None:
-    # The portal's snapshot of Slurm is seconds old: until it sees the rewritten comment, the proxy still goes to
-    # bob's own, proven endpoint. Any 200 in that window must be bob's own server (its `started` time), never alice's.
-    deadline = time.monotonic() + 30
-    while (started := status_started(bob)) is not None:
-        assert started == own_started, f"{what}: /api/status answered by another server (started {started})"
-        assert time.monotonic() < deadline, f"{what}: the proxy still answers 30 s after the rewrite"
+    # Each portal worker keeps its own snapshot of Slurm, seconds old: until every worker has seen the rewritten
+    # comment, the proxy may still go to bob's own, proven endpoint. Any 200 in that window must come from bob's own
+    # server (its `started` time), never alice's; then six refusals in a row mean every worker has moved on.
+    deadline = time.monotonic() + 45
+    refused = 0
+    while refused < 6:
+        started = status_started(bob)
+        if started is None:
+            refused += 1
+        else:
+            assert started == own_started, f"{what}: /api/status answered by another server (started {started})"
+            refused = 0
+        assert time.monotonic() < deadline, f"{what}: the proxy still answers bob's own app 45 s after the rewrite"
         time.sleep(1)
     for path in ("api/status", "api/contents", "lab"):
         for _ in range(3):
@@ -254,7 +261,7 @@ def tensorboard_offered(party: Party) -> bool:
 def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, Party]) -> None:
     alice, _bob = parties
     if not tensorboard_offered(alice):
-        pytest.skip("the demo offers no TensorBoard (no image allows it)")
+        pytest.xfail("the demo installs no TensorBoard yet (issue #11): nothing to test")
     job = start_session(alice, app="tensorboard")
     wait_ready(alice, job)
     fields = comment_fields(job)
@@ -268,7 +275,7 @@ def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, P
 def test_tensorboard_loopback_port_is_not_reachable_by_bob(parties: tuple[Party, Party]) -> None:
     alice, _bob = parties
     if not tensorboard_offered(alice):
-        pytest.skip("the demo offers no TensorBoard (no image allows it)")
+        pytest.xfail("the demo installs no TensorBoard yet (issue #11): nothing to test")
     job = next((j for j in alice.jobs if j != alice.job_id), 0) or start_session(alice, app="tensorboard")
     wait_ready(alice, job)
     node = node_of(job)
