@@ -121,8 +121,13 @@ def _groups(config: Mapping[str, Any], conn: ldap3.Connection, username: str) ->
         raise LdapUnavailable(str(exc)) from exc
     if not ok:
         return frozenset()
+    return group_names(conn.response)
+
+
+def group_names(response: Any) -> frozenset[str]:
+    """The `cn` values of the group entries in an ldap3 search response."""
     names: set[str] = set()
-    for entry in conn.response or []:
+    for entry in response or []:
         if entry.get("type") != "searchResEntry":
             continue
         cn = entry.get("attributes", {}).get("cn")

@@ -37,6 +37,7 @@ from werkzeug.exceptions import BadRequest
 from webui.extensions import db
 from webui.ldapauth import LdapUnavailable
 from webui.ldapauth import _server as ldap_server
+from webui.ldapauth import group_names
 from webui.models import AuditLog
 from webui.models import Login
 from webui.models import LoginAttempt
@@ -222,16 +223,7 @@ def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]
                 return frozenset()
         except LDAPException as exc:
             raise LdapUnavailable(str(exc)) from exc
-        names: set[str] = set()
-        for entry in conn.response or []:
-            if entry.get("type") != "searchResEntry":
-                continue
-            cn = entry.get("attributes", {}).get("cn")
-            if isinstance(cn, list):
-                names.update(str(c) for c in cn)
-            elif cn:
-                names.add(str(cn))
-        return frozenset(names)
+        return group_names(conn.response)
     finally:
         with contextlib.suppress(LDAPException):
             conn.unbind()
