@@ -98,13 +98,7 @@ def authenticate(config: Mapping[str, Any], username: str, password: str) -> Lda
             raise LdapUnavailable(str(exc)) from exc
         groups = _groups(config, conn, username)
     finally:
-        with contextlib.suppress(LDAPException):
-            conn.unbind()
-        # ldap3 leaves the socket of a failed connect open (fd leak per attempt while LDAP is down).
-        sock = getattr(conn, "socket", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+        close(conn)
     required = config.get("LDAP_USER_GROUP")
     if required and required not in groups:
         return None
@@ -122,6 +116,17 @@ def _groups(config: Mapping[str, Any], conn: ldap3.Connection, username: str) ->
     if not ok:
         return frozenset()
     return group_names(conn.response)
+
+
+def close(conn: ldap3.Connection) -> None:
+    """Unbind, and close the socket: ldap3 leaves the socket of a failed connect open (an fd leak per attempt while
+    LDAP is down)."""
+    with contextlib.suppress(LDAPException):
+        conn.unbind()
+    sock = getattr(conn, "socket", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
 
 
 def group_names(response: Any) -> frozenset[str]:

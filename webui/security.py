@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -37,6 +36,7 @@ from werkzeug.exceptions import BadRequest
 from webui.extensions import db
 from webui.ldapauth import LdapUnavailable
 from webui.ldapauth import _server as ldap_server
+from webui.ldapauth import close as close_ldap
 from webui.ldapauth import group_names
 from webui.models import AuditLog
 from webui.models import Login
@@ -225,12 +225,7 @@ def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]
             raise LdapUnavailable(str(exc)) from exc
         return group_names(conn.response)
     finally:
-        with contextlib.suppress(LDAPException):
-            conn.unbind()
-        sock = getattr(conn, "socket", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+        close_ldap(conn)
 
 
 def login_required(view: Callable[P, R]) -> Callable[P, R]:
