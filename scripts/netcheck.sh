@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prove that podman, as scripts/host-setup.sh configured it, gives containers name resolution: two throwaway
 # containers from the node image on a throwaway network must resolve and reach each other by name. Takes seconds;
-# run by `make image` (so before `make demo` and every Molecule scenario) and by .ci/run.
+# run by `make image`, so before `make demo` and before every Molecule scenario.
 # A failure names the cause and the fix. Everything it creates is removed, whatever happens.
 set -euo pipefail
 IMAGE=${CARME_NODE_IMAGE:-localhost/carme-node:debian12}
