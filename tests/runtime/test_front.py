@@ -13,6 +13,7 @@ import pytest
 
 from carme_runtime import front
 from carme_runtime.launch import pick_free_port
+from tests.fixtures.net import serve_http
 
 SECRET = "front-secret-" + "y" * 40
 JOB = 4242
@@ -46,15 +47,8 @@ class AppHandler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def app_port() -> Iterator[int]:
     AppHandler.seen = []
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), AppHandler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_http(AppHandler) as srv:
         yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
 
 
 def start(app_port: int, secret: str = SECRET, job_id: int = JOB) -> front.Front:

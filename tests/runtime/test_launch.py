@@ -20,6 +20,7 @@ from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
 from carme_runtime.exit_codes import ExitCode
+from tests.fixtures.net import serve_http
 
 SECRET = "s3cr3t-" + "x" * 40
 
@@ -88,15 +89,8 @@ class TokenHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def token_server() -> Iterator[int]:
-    srv = http.server.HTTPServer(("127.0.0.1", 0), TokenHandler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serve_http(TokenHandler) as srv:
         yield srv.server_address[1]
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join()
 
 
 def test_probe_http_with_and_without_secret(token_server: int) -> None:

@@ -19,6 +19,7 @@ from typing import ClassVar
 import pytest
 from flask import Flask
 
+from tests.fixtures.net import serve_http
 from webui.scheduler import ClusterState
 from webui.scheduler import SlurmScheduler
 from webui.scheduler import StateCache
@@ -203,13 +204,8 @@ def restd() -> Iterator[ThreadingHTTPServer]:
     FakeSlurmrestd.hits = []
     FakeSlurmrestd.status_override = None
     FakeSlurmrestd.jobs = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSlurmrestd)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serve_http(FakeSlurmrestd) as server:
+        yield server
 
 
 def test_errors_array_and_http_statuses_become_messages(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
