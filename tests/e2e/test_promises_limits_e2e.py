@@ -55,6 +55,17 @@ def wait_for(job: int, want: str, timeout: float = 60) -> tuple[str, str]:
     return got
 
 
+def wait_reason(jobs: list[int], wanted: tuple[str, ...], timeout: float = 30) -> dict[int, tuple[str, str]]:
+    """Poll until every job pends with a reason starting with one of ``wanted`` (the scheduler has judged it), or
+    the timeout passes; the caller asserts on the states returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {job: job_state(job) for job in jobs}
+        if all(s == "PENDING" and r.startswith(wanted) for s, r in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(1)
+
+
 def running_gpus() -> int:
     out = on_head("squeue", "--noheader", "-u", USER, "-t", "RUNNING", "--format=%b").stdout
     return sum(int(x.rsplit(":", 1)[1]) for x in out.split() if x.startswith(("gres:gpu", "gpu")) and x[-1].isdigit())
@@ -90,10 +101,9 @@ def test_sbatch_cannot_exceed_the_gpu_limit_in_any_qos_or_partition(clean: Demo)
         job, error = sbatch(*args, "--gres=gpu:1", "--time=10")
         assert job is not None, (args, error)
         held.append(job)
-    time.sleep(10)
+    states = wait_reason(held, ("Assoc", "QOS"))
     assert running_gpus() <= 2, on_head("squeue", "-u", USER).stdout
-    for job in held:
-        state, reason = job_state(job)
+    for job, (state, reason) in states.items():
         assert state == "PENDING" and reason.startswith(("Assoc", "QOS")), (job, state, reason)
 
 
@@ -106,8 +116,13 @@ def test_running_jobs_count_across_qos(clean: Demo) -> None:
         assert on_head("sacctmgr", "-i", "modify", "user", *where, "set", "MaxJobs=2").returncode == 0
         jobs = [sbatch(f"--qos={qos}", "--time=10")[0] for qos in ("normal", "interactive", "normal", "interactive")]
         assert all(jobs), jobs
-        time.sleep(15)
-        states = {job: job_state(job) for job in jobs if job}
+        deadline = time.monotonic() + 30
+        while True:  # until two run and two pend on the limit, or 30 s
+            states = {job: job_state(job) for job in jobs if job}
+            reasons = sorted(r for s, r in states.values() if s == "PENDING")
+            if reasons == ["AssocMaxJobsLimit"] * 2 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         assert sum(1 for s, _ in states.values() if s == "RUNNING") == 2, states
         assert sorted(r for s, r in states.values() if s == "PENDING") == ["AssocMaxJobsLimit"] * 2, states
     finally:
@@ -144,8 +159,7 @@ def test_a_used_gpu_minute_budget_holds_new_gpu_jobs(clean: Demo) -> None:
             time.sleep(5)
         held, error = sbatch("--gres=gpu:1", "--time=2")
         assert held is not None, error
-        time.sleep(15)
-        assert job_state(held) == ("PENDING", "AssocGrpGRESMinutes"), job_state(held)
+        assert wait_reason([held], ("AssocGrpGRESMinutes",))[held] == ("PENDING", "AssocGrpGRESMinutes")
     finally:
         on_head("scancel", "-u", USER)
         on_head("sacctmgr", "-i", "modify", "user", *where, "set", f"GrpTRESMins={before or 'gres/gpu=-1'}")
