@@ -28,19 +28,18 @@ from typing import Protocol
 from carme_runtime import apps as runtime_apps
 from carme_runtime.apps import AppSpec
 from carme_runtime.front import verify_endpoint as front_verify
+from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
 from carme_runtime.sessions import SessionLimits
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import ValidationError
 from carme_runtime.sessions import build_rest_payload
+from carme_runtime.slurm import UNFINISHED_STATES
+from carme_runtime.slurm import count_gpus
 from carme_runtime.slurm import parse_comment
 from webui.slurm import SlurmClient
 from webui.slurm import SlurmError
-from webui.slurm import count_gpus
-from webui.slurm import expand_hostlist
-
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED"})
 
 
 class SessionInvalid(ValueError):
@@ -76,7 +75,7 @@ class Job:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        return self.state in UNFINISHED_STATES
 
     def endpoint(self) -> Endpoint | None:
         """Parse ``carme:v1;app=..;host=..;port=..;state=..`` published by ``carme-launch``."""

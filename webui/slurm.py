@@ -242,63 +242,6 @@ class SlurmClient:
         return [j for j in jobs if isinstance(j, dict) and j.get("user") == user]
 
 
-# --- parsing helpers ------------------------------------------------------
-
-_HOSTLIST = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)")
-
-
-def expand_hostlist(expr: str | None) -> list[str]:
-    """Expand a Slurm hostlist such as ``gpu[01-03,07],cpu1`` (one bracket level)."""
-    if not expr or expr in ("(null)", "None assigned"):
-        return []
-    hosts: list[str] = []
-    pos = 0
-    while pos < len(expr):
-        m = _HOSTLIST.match(expr, pos)
-        if not m:
-            break
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if ranges is None:
-            hosts.append(prefix + suffix)
-        else:
-            for part in ranges.split(","):
-                lo, _, hi = part.partition("-")
-                if hi:
-                    width = len(lo)
-                    hosts.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
-                else:
-                    hosts.append(prefix + lo + suffix)
-        pos = m.end()
-        if pos < len(expr) and expr[pos] == ",":
-            pos += 1
-    return hosts
-
-
-_GPU_SPEC = re.compile(r"(?:^|[,;])(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?(?::(\d+))?(?=\(|,|;|$)")
-
-
-def count_gpus(gres: str | None) -> int:
-    """Count GPUs in ``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1`` or ``gres/gpu=2`` strings."""
-    if not gres:
-        return 0
-    total = 0
-    for m in re.finditer(r"gres/gpu(?::[A-Za-z0-9_.-]+)?=(\d+)", gres):
-        # TRES strings list gres/gpu and gres/gpu:<type> both; count only untyped ones.
-        if ":" not in m.group(0).split("=")[0]:
-            total += int(m.group(1))
-    if total or "gres/gpu" in gres:
-        return total
-    for m in _GPU_SPEC.finditer(gres):
-        type_or_count, count = m.group(1), m.group(2)
-        if count is not None:
-            total += int(count)
-        elif type_or_count is not None and type_or_count.isdigit():
-            total += int(type_or_count)
-        else:
-            total += 1
-    return total
-
-
 def make_client(config: Mapping[str, Any]) -> SlurmClient:
     tokens = TokenSource(
         str(config["SLURM_JWT_KEY_FILE"]),

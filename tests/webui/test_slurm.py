@@ -19,6 +19,8 @@ from typing import ClassVar
 import pytest
 from flask import Flask
 
+from carme_runtime.hostlist import expand_hostlist
+from carme_runtime.slurm import count_gpus
 from tests.fixtures.net import serve_http
 from webui.scheduler import ClusterState
 from webui.scheduler import SlurmScheduler
@@ -30,9 +32,7 @@ from webui.slurm import SlurmError
 from webui.slurm import SlurmUnavailable
 from webui.slurm import TokenRefused
 from webui.slurm import TokenSource
-from webui.slurm import count_gpus
 from webui.slurm import decode_jwt
-from webui.slurm import expand_hostlist
 from webui.slurm import mint_jwt
 
 from .conftest import closed_port
