@@ -52,7 +52,7 @@ def test_jwt_has_slurm_claims_and_verifies() -> None:
     header, _, _ = token.split(".")
     assert decode_jwt(KEY, token, now=1_700_000_100) == {"sun": "alice", "iat": 1_700_000_000, "exp": 1_700_000_300}
     assert json.loads(__import__("base64").urlsafe_b64decode(header + "==")) == {"alg": "HS256", "typ": "JWT"}
-    with pytest.raises(ValueError, match="[Ss]ignature"):
+    with pytest.raises(ValueError, match=r"[Ss]ignature"):
         decode_jwt(b"x" * 32, token, now=1_700_000_100)
 
 
