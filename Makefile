@@ -68,7 +68,7 @@ $(VENV)/.stamp: pyproject.toml requirements/constraints.txt requirements/tools.t
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 	$(PY) -m pip install -q -c requirements/constraints.txt -r requirements/tools.txt -e '.[webui,admin,images,dev]' 2>&1 | grep -v "^WARNING: Location" || true
-	$(PY) -c "import ansible, molecule, ansible_runner, flask, carme_runtime, webui"
+	$(PY) -c "import ansible, molecule, ansible_runner, flask, carme_runtime, carme_admin, webui"
 	touch $@
 
 lint: venv

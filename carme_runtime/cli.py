@@ -95,7 +95,7 @@ def gpu_facts_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
 
 
 def quota_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``carme-quota apply [--dry-run] POLICY`` / ``carme-quota report [--json] [--month YYYY-MM]``."""
+    """``carme-quota report [--json] [--month YYYY-MM]``."""
     from carme_runtime.quota_cli import main
 
     return main(_args(argv), _env(env))

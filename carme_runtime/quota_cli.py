@@ -1,4 +1,4 @@
-"""``carme-quota``: apply the quota policy as Slurm QOS limits; report GPU-hours."""
+"""``carme-quota report``: GPU-hours per user and account from ``sacct``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="carme-quota", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    apply_p = sub.add_parser("apply", help="create/modify QOS so Slurm matches the policy (idempotent)")
-    apply_p.add_argument("policy", metavar="POLICY_FILE", help="policy in .json or .toml")
-    apply_p.add_argument("--dry-run", action="store_true", help="print the diff and the commands only")
     report_p = sub.add_parser("report", help="GPU-hours per user and account from sacct")
     report_p.add_argument("--json", action="store_true", help="JSON instead of a table")
     report_p.add_argument("--month", help="YYYY-MM (default: the current month)")
@@ -30,38 +27,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-file", metavar="PATH", help="read saved sacct -P output instead of running sacct"
     )
     return parser
-
-
-def cmd_apply(policy_path: str, dry_run: bool, runner: Runner, out: TextIO) -> int:
-    try:
-        policy = quota.load_policy(policy_path)
-    except (OSError, quota.PolicyError) as exc:
-        print(f"carme-quota: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
-    rc, text, err = runner(quota.SHOW_QOS_ARGV)
-    if rc != 0:
-        print(
-            f"carme-quota: {' '.join(quota.SHOW_QOS_ARGV)} failed (rc={rc}): {err.strip()}", file=sys.stderr
-        )
-        return ExitCode.SLURM
-    changes = quota.diff(quota.current_qos(text), quota.desired_qos(policy))
-    if not changes:
-        print("QOS already match the policy; nothing to do", file=out)
-        return ExitCode.OK
-    for change in changes:
-        print(change, file=out)
-    if any(g.gpu_hours_per_month is not None for g in policy.groups):
-        print(f"note: {quota.RESET_NOTE}", file=out)
-    for argv in quota.apply_argv(changes):
-        if dry_run:
-            print("would run: " + " ".join(argv), file=out)
-            continue
-        rc, _o, err = runner(argv)
-        if rc != 0:
-            print(f"carme-quota: {' '.join(argv)} failed (rc={rc}): {err.strip()}", file=sys.stderr)
-            return ExitCode.SLURM
-        print("ran: " + " ".join(argv), file=out)
-    return ExitCode.OK
 
 
 def cmd_report(month: str | None, as_json: bool, from_file: str | None, runner: Runner, out: TextIO) -> int:
@@ -90,6 +55,4 @@ def main(
     args = build_parser().parse_args(list(argv))
     runner = runner or SubprocessRunner(timeout=120)
     out = out or sys.stdout
-    if args.command == "apply":
-        return cmd_apply(args.policy, args.dry_run, runner, out)
     return cmd_report(args.month, args.json, args.from_file, runner, out)

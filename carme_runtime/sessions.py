@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.runtimes import RUNTIME_NAMES
 from carme_runtime.slurm import format_comment
 
@@ -31,7 +32,6 @@ IMAGE_RE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
 JOB_SCRIPT = "#!/bin/bash\nexec carme-launch\n"
 #: PATH inside the job before carme-launch runs (the job environment is not the submitter's)
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-MIN_SECRET_LENGTH = 24
 REST_SUBMIT_PATH = "/slurm/v0.0.38/job/submit"
 
 

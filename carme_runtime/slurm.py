@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import re
 
+from carme_runtime.hostlist import HostlistError
+from carme_runtime.hostlist import expand_hostlist
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
 COMMENT_PREFIX = "carme:v1"
 #: job states in which a job holds resources on its nodes
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
+#: job states of a job that has not finished: waiting for (or requeued to wait for) resources, or holding them
+UNFINISHED_STATES = ACTIVE_STATES | {"PENDING", "REQUEUED"}
 
 
 class SlurmParseError(ValueError):
@@ -41,32 +46,6 @@ def _load_json(text: str, what: str) -> dict[str, object]:
     if errors:
         raise SlurmParseError(f"{what}: Slurm reported errors: {errors!r}")
     return data
-
-
-def expand_hostlist(expr: str) -> list[str]:
-    """Expand a Slurm hostlist: ``"gpu[01-03,07],cpu1"`` -> ``["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]``.
-
-    Handles one bracket group per host name (what Slurm prints for ordinary node names).
-    """
-    hosts: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,]*)?", expr):
-        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
-        if not m:
-            if item:
-                hosts.append(item)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for part in ranges.split(","):
-            lo, sep, hi = part.partition("-")
-            if not sep:
-                hosts.append(f"{prefix}{lo}{suffix}")
-                continue
-            if not (lo.isdigit() and hi.isdigit()):
-                raise SlurmParseError(f"bad hostlist range {part!r} in {expr!r}")
-            width = len(lo)
-            for n in range(int(lo), int(hi) + 1):
-                hosts.append(f"{prefix}{n:0{width}d}{suffix}")
-    return hosts
 
 
 class SqueueJob:
@@ -101,14 +80,17 @@ def parse_squeue_json(text: str) -> list[SqueueJob]:
         state = rec.get("job_state", "")
         if isinstance(state, list):  # newer Slurm prints a list of flags
             state = state[0] if state else ""
-        nodes_expr = rec.get("nodes") or ""
+        try:
+            nodes = expand_hostlist(str(rec.get("nodes") or ""))
+        except HostlistError as exc:
+            raise SlurmParseError(f"squeue --json: {exc}") from exc
         out.append(
             SqueueJob(
                 job_id=int(rec["job_id"]),
                 user_name=str(rec.get("user_name", "")),
                 user_id=int(rec.get("user_id", -1)),
                 state=str(state),
-                nodes=expand_hostlist(str(nodes_expr)) if nodes_expr else [],
+                nodes=nodes,
                 name=str(rec.get("name", "")),
                 comment=str(rec.get("comment") or ""),
             )
@@ -211,3 +193,25 @@ def gpu_count_from_tres(tres: dict[str, str]) -> int:
     if "gres/gpu" in tres:
         return int(tres["gres/gpu"])
     return sum(int(v) for k, v in tres.items() if k.startswith("gres/gpu:"))
+
+
+_GRES_GPU_RE = re.compile(r"(?:^|[,;])(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?(?::(\d+))?(?=\(|,|;|$)")
+
+
+def count_gpus(spec: str | None) -> int:
+    """GPUs in a TRES string (``cpu=2,gres/gpu=2``, as :func:`gpu_count_from_tres` counts them) or a GRES string
+    (``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1``; an untyped ``gpu`` is one)."""
+    if not spec:
+        return 0
+    if "gres/gpu" in spec:
+        return gpu_count_from_tres(parse_tres(spec))
+    total = 0
+    for m in _GRES_GPU_RE.finditer(spec):
+        type_or_count, count = m.group(1), m.group(2)
+        if count is not None:
+            total += int(count)
+        elif type_or_count is not None and type_or_count.isdigit():
+            total += int(type_or_count)
+        else:
+            total += 1
+    return total

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,22 +26,23 @@ from functools import cached_property
 from typing import Any
 from typing import Protocol
 
+import cachetools
+
 from carme_runtime import apps as runtime_apps
 from carme_runtime.apps import AppSpec
 from carme_runtime.front import verify_endpoint as front_verify
+from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
 from carme_runtime.sessions import SessionLimits
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import ValidationError
 from carme_runtime.sessions import build_rest_payload
+from carme_runtime.slurm import UNFINISHED_STATES
+from carme_runtime.slurm import count_gpus
 from carme_runtime.slurm import parse_comment
 from webui.slurm import SlurmClient
 from webui.slurm import SlurmError
-from webui.slurm import count_gpus
-from webui.slurm import expand_hostlist
-
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED"})
 
 
 class SessionInvalid(ValueError):
@@ -76,7 +78,7 @@ class Job:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        return self.state in UNFINISHED_STATES
 
     def endpoint(self) -> Endpoint | None:
         """Parse ``carme:v1;app=..;host=..;port=..;state=..`` published by ``carme-launch``."""
@@ -122,23 +124,17 @@ class Partition:
     is_default: bool = False
 
 
-_RESOLVED: dict[str, tuple[float, frozenset[str]]] = {}
 _RESOLVE_TTL_S = 60.0
 
 
+@cachetools.cached(cachetools.TTLCache(maxsize=1024, ttl=_RESOLVE_TTL_S), lock=threading.Lock())
 def resolve_addresses(name: str) -> frozenset[str]:
     """IP addresses of a node name (cached for a minute; empty when it does not resolve)."""
-    now = time.monotonic()
-    hit = _RESOLVED.get(name)
-    if hit is not None and now - hit[0] < _RESOLVE_TTL_S:
-        return hit[1]
     try:
         infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-        addrs = frozenset(str(info[4][0]) for info in infos)
+        return frozenset(str(info[4][0]) for info in infos)
     except (OSError, UnicodeError):
-        addrs = frozenset()
-    _RESOLVED[name] = (now, addrs)
-    return addrs
+        return frozenset()
 
 
 @dataclass(frozen=True)
@@ -396,36 +392,42 @@ class StateCache:
             self._stamp = -self.ttl - 1.0
 
 
+_MISS = object()
+
+
 class TTLMap:
-    """Values kept for ``ttl`` seconds (or the ``ttl`` given to :meth:`put`), thread-safe.
+    """Values kept for ``ttl`` seconds (or the ``ttl`` given to :meth:`put`), thread-safe: a cachetools
+    ``TLRUCache`` (per-item expiry, least recently used out first beyond ``maxsize``) behind a lock.
 
     ``jitter``: each value is kept between ``(1 - jitter) * ttl`` and ``ttl``, at random, so values stored at the same
     moment (every user's quota after a restart) do not all expire, and get fetched again, at the same moment.
-    At most 4096 keys: beyond that it starts over.
     """
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic, *, jitter: float = 0.0):
+    def __init__(
+        self, ttl: float, clock: Callable[[], float] = time.monotonic, *, jitter: float = 0.0, maxsize: int = 4096
+    ):
         self.ttl = ttl
         self.jitter = jitter
-        self._clock = clock
         self._lock = threading.Lock()
-        self._data: dict[Any, tuple[float, Any]] = {}  # key -> (expires at, value)
+        # the value is stored with how long to keep it; ttu (time to use) turns that into the expiry time
+        self._data: cachetools.TLRUCache[Hashable, tuple[Any, float]] = cachetools.TLRUCache(
+            maxsize=maxsize, ttu=lambda _key, item, now: now + item[1], timer=clock
+        )
 
-    def get(self, key: Any) -> tuple[bool, Any]:
+    def get(self, key: Hashable) -> tuple[bool, Any]:
         with self._lock:
-            hit = self._data.get(key)
-            if hit and self._clock() < hit[0]:
-                return True, hit[1]
+            item = self._data.get(key, _MISS)
+        if item is _MISS:
             return False, None
+        assert isinstance(item, tuple)
+        return True, item[0]
 
-    def put(self, key: Any, value: Any, ttl: float | None = None) -> None:
+    def put(self, key: Hashable, value: Any, ttl: float | None = None) -> None:
+        keep = self.ttl if ttl is None else ttl
+        if self.jitter:
+            keep *= 1.0 - self.jitter * random.random()
         with self._lock:
-            if len(self._data) > 4096:
-                self._data.clear()
-            keep = self.ttl if ttl is None else ttl
-            if self.jitter:
-                keep *= 1.0 - self.jitter * random.random()
-            self._data[key] = (self._clock() + keep, value)
+            self._data[key] = (value, keep)
 
     def clear(self) -> None:
         with self._lock:
@@ -434,21 +436,13 @@ class TTLMap:
 
 # --- carme_runtime adapter ----------------------------------------------------
 
-_apps_lock = threading.Lock()
-_apps_cache: dict[tuple[str, ...], tuple[float, dict[str, AppSpec]]] = {}
 APPS_CACHE_SECONDS = 60.0
 
 
+@cachetools.cached(cachetools.TTLCache(maxsize=16, ttl=APPS_CACHE_SECONDS), lock=threading.Lock())
 def load_apps(dirs: Sequence[str]) -> dict[str, AppSpec]:
     """Built-in and site app specs (carme_runtime), re-read at most once a minute."""
-    key = tuple(dirs)
-    with _apps_lock:
-        hit = _apps_cache.get(key)
-        if hit and time.monotonic() - hit[0] < APPS_CACHE_SECONDS:
-            return hit[1]
-        apps = runtime_apps.load_apps(list(dirs))
-        _apps_cache[key] = (time.monotonic(), apps)
-        return apps
+    return runtime_apps.load_apps(list(dirs))
 
 
 def readiness_path(app: AppSpec, job_id: int) -> str:

@@ -1,4 +1,4 @@
-"""A small slurmrestd (OpenAPI v0.0.38) client on the standard library.
+"""A small slurmrestd (OpenAPI v0.0.38) client: urllib for HTTP, PyJWT for the tokens.
 
 The portal mints a short-lived HS256 JWT per user from Slurm's ``jwt_key``
 (``AuthAltParameters=jwt_key=...``), so every request reaches slurmctld as
@@ -7,9 +7,6 @@ that user: Slurm itself enforces who may cancel what. No shell, no root.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import os
 import re
@@ -22,6 +19,8 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
+
+import jwt
 
 API = "/slurm/v0.0.38"
 API_DB = "/slurmdb/v0.0.38"
@@ -47,8 +46,8 @@ class TokenRefused(ValueError):
     """The portal will not mint a token for this name."""
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+#: the only algorithm Slurm's auth/jwt accepts for its own key (``jwt_key``), and the only one decoded here
+JWT_ALGORITHM = "HS256"
 
 
 def mint_jwt(
@@ -59,7 +58,7 @@ def mint_jwt(
     now: int | None = None,
     forbidden: Iterable[str] = DEFAULT_FORBIDDEN,
 ) -> str:
-    """Return an HS256 JWT with Slurm's claims ``sun``, ``iat`` and ``exp``."""
+    """Return an HS256 JWT with Slurm's claims ``sun``, ``iat`` and ``exp`` (what ``scontrol token`` mints)."""
     if not SAFE_USERNAME.fullmatch(username) or username in set(forbidden) | DEFAULT_FORBIDDEN:
         raise TokenRefused(f"refusing to mint a Slurm token for {username!r}")
     if len(key) < 16:
@@ -67,25 +66,22 @@ def mint_jwt(
     if lifetime <= 0:
         raise TokenRefused("token lifetime must be positive")
     iat = int(time.time()) if now is None else now
-    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    claims = {"sun": username, "iat": iat, "exp": iat + lifetime}
-    payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
-    signing_input = f"{header}.{payload}".encode("ascii")
-    signature = _b64url(hmac.new(key, signing_input, hashlib.sha256).digest())
-    return f"{header}.{payload}.{signature}"
+    return jwt.encode({"sun": username, "iat": iat, "exp": iat + lifetime}, key, algorithm=JWT_ALGORITHM)
 
 
-def decode_jwt(key: bytes, token: str) -> dict[str, Any]:
-    """Verify the signature and return the claims (used by tests and the CLI)."""
+def decode_jwt(key: bytes, token: str, *, now: float | None = None) -> dict[str, Any]:
+    """Verify the signature (HS256 only), that ``exp`` lies ahead and that ``sun`` is there; return the claims.
+
+    ``ValueError`` for a token Slurm would refuse (PyJWT's message: bad signature, expired, other ``alg``).
+    ``now``: check ``exp`` against this time instead of the clock (tests).
+    """
+    leeway = 0.0 if now is None else time.time() - now  # PyJWT checks exp <= clock - leeway
     try:
-        header, payload, signature = token.split(".")
-    except ValueError as exc:
-        raise ValueError("malformed token") from exc
-    expected = _b64url(hmac.new(key, f"{header}.{payload}".encode("ascii"), hashlib.sha256).digest())
-    if not hmac.compare_digest(expected, signature):
-        raise ValueError("bad signature")
-    padded = payload + "=" * (-len(payload) % 4)
-    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(padded))
+        claims: dict[str, Any] = jwt.decode(
+            token, key, algorithms=[JWT_ALGORITHM], options={"require": ["exp", "sun"]}, leeway=leeway
+        )
+    except jwt.InvalidTokenError as exc:
+        raise ValueError(f"Slurm token refused: {exc}") from exc
     return claims
 
 
@@ -240,63 +236,6 @@ class SlurmClient:
                 return []
             raise
         return [j for j in jobs if isinstance(j, dict) and j.get("user") == user]
-
-
-# --- parsing helpers ------------------------------------------------------
-
-_HOSTLIST = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)")
-
-
-def expand_hostlist(expr: str | None) -> list[str]:
-    """Expand a Slurm hostlist such as ``gpu[01-03,07],cpu1`` (one bracket level)."""
-    if not expr or expr in ("(null)", "None assigned"):
-        return []
-    hosts: list[str] = []
-    pos = 0
-    while pos < len(expr):
-        m = _HOSTLIST.match(expr, pos)
-        if not m:
-            break
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if ranges is None:
-            hosts.append(prefix + suffix)
-        else:
-            for part in ranges.split(","):
-                lo, _, hi = part.partition("-")
-                if hi:
-                    width = len(lo)
-                    hosts.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
-                else:
-                    hosts.append(prefix + lo + suffix)
-        pos = m.end()
-        if pos < len(expr) and expr[pos] == ",":
-            pos += 1
-    return hosts
-
-
-_GPU_SPEC = re.compile(r"(?:^|[,;])(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?(?::(\d+))?(?=\(|,|;|$)")
-
-
-def count_gpus(gres: str | None) -> int:
-    """Count GPUs in ``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1`` or ``gres/gpu=2`` strings."""
-    if not gres:
-        return 0
-    total = 0
-    for m in re.finditer(r"gres/gpu(?::[A-Za-z0-9_.-]+)?=(\d+)", gres):
-        # TRES strings list gres/gpu and gres/gpu:<type> both; count only untyped ones.
-        if ":" not in m.group(0).split("=")[0]:
-            total += int(m.group(1))
-    if total or "gres/gpu" in gres:
-        return total
-    for m in _GPU_SPEC.finditer(gres):
-        type_or_count, count = m.group(1), m.group(2)
-        if count is not None:
-            total += int(count)
-        elif type_or_count is not None and type_or_count.isdigit():
-            total += int(type_or_count)
-        else:
-            total += 1
-    return total
 
 
 def make_client(config: Mapping[str, Any]) -> SlurmClient:

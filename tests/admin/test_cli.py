@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from carme_admin import cli
+from carme_admin import demo
+from carme_admin.playbook import KEEP_RUNS
+from carme_admin.playbook import PlaybookRun
+from carme_admin.playbook import UsageError
+from carme_admin.playbook import prepare_private_data_dir
+from carme_admin.playbook import runner_kwargs
+from carme_admin.playbook import split_extra_vars
+from carme_admin.project import PROJECT_ENV
+from carme_admin.project import find_project_dir
 from carme_runtime import __version__
-from carme_runtime.admin import cli
-from carme_runtime.admin import demo
-from carme_runtime.admin.playbook import KEEP_RUNS
-from carme_runtime.admin.playbook import PlaybookRun
-from carme_runtime.admin.playbook import UsageError
-from carme_runtime.admin.playbook import prepare_private_data_dir
-from carme_runtime.admin.playbook import runner_kwargs
-from carme_runtime.admin.playbook import split_extra_vars
-from carme_runtime.admin.project import PROJECT_ENV
-from carme_runtime.admin.project import find_project_dir
 
 
 def make_project(path: Path) -> Path:

@@ -82,7 +82,7 @@ def carme(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CARME_PROJECT_DIR" and not k.startswith("ANSIBLE_")}
     cwd = project / "inventory"
     return subprocess.run(
-        [sys.executable, "-m", "carme_runtime.admin", *args],
+        [sys.executable, "-m", "carme_admin", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from carme_runtime.admin.progress import ProgressPrinter
-from carme_runtime.admin.progress import failure_message
-from carme_runtime.admin.progress import task_label
+from carme_admin.progress import ProgressPrinter
+from carme_admin.progress import failure_message
+from carme_admin.progress import task_label
 
 # Recorded by `carme deploy` on a 3-host localhost playbook (alpha, beta: local; gamma: ssh to a closed port),
 # job_events trimmed to the fields the printer reads.

@@ -10,6 +10,8 @@ portal logic above the scheduler uses :class:`FakeScheduler` through the
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import os
 import re
 import socket
 import sys
@@ -150,8 +152,33 @@ def fake_scheduler() -> FakeScheduler:
     return FakeScheduler()
 
 
+def portal_db() -> str:
+    """Where the portal tests keep their data: ``mariadb`` (a fresh database per test on the host fixture's MariaDB,
+    the one slurmdbd uses, with a database user of its own), as deployments run, or ``sqlite`` (a file per test).
+
+    ``CARME_PORTAL_DB`` chooses; left unset, MariaDB wherever a missing component fails (CI, CARME_REQUIRED=1, so
+    ``make test``), SQLite otherwise (quick local runs, no root).
+    """
+    from tests.conftest import components_required
+
+    return os.environ.get("CARME_PORTAL_DB") or ("mariadb" if components_required() else "sqlite")
+
+
 @pytest.fixture
-def base_config(tmp_path: Path) -> dict[str, Any]:
+def portal_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    # the outage tests take the database away by moving its file: they keep a SQLite file (marker sqlite_file)
+    if portal_db() != "mariadb" or request.node.get_closest_marker("sqlite_file"):
+        yield f"sqlite:///{tmp_path / 'portal.db'}"
+        return
+    cluster = request.getfixturevalue("host_slurm")
+    name = "carme_portal_test_" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+    url = cluster.create_database(name, "carme_portal_test", "portal-test-password-0123456789")
+    yield url
+    cluster.drop_database(name)
+
+
+@pytest.fixture
+def base_config(tmp_path: Path, portal_db_url: str) -> dict[str, Any]:
     key = tmp_path / "jwt_hs256.key"
     key.write_bytes(b"k" * 32)
     key.chmod(0o600)
@@ -159,7 +186,7 @@ def base_config(tmp_path: Path) -> dict[str, Any]:
     return {
         "TESTING": True,
         "SECRET_KEY": "test-secret-key-0123456789",
-        "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'portal.db'}",
+        "SQLALCHEMY_DATABASE_URI": portal_db_url,
         "LDAP_URI": f"ldap://127.0.0.1:{closed_port()}",
         "LDAP_ALLOW_PLAINTEXT": True,
         "LOGIN_MIN_RESPONSE_SECONDS": 0.0,

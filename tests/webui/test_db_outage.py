@@ -82,6 +82,7 @@ def test_health_reports_the_database(no_db_app: Flask, app: Flask) -> None:
     assert up.get_json() == {"ok": True, "database": "ok", "scheduler": "ok"}
 
 
+@pytest.mark.sqlite_file
 def test_a_database_that_goes_bad_under_a_logged_in_user_and_comes_back(
     app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler, base_config: dict[str, Any]
 ) -> None:

@@ -256,6 +256,7 @@ def database_up(app: Flask, path: Path) -> None:
     os.replace(path.with_suffix(".away"), path)
 
 
+@pytest.mark.sqlite_file
 def test_database_down_keeps_a_confirmed_grant_for_a_bounded_time(
     papp: Flask, sched: VerifyingScheduler, two: tuple[int, Session, int, Session], base_config: dict[str, Any]
 ) -> None:
@@ -284,6 +285,7 @@ def test_database_down_keeps_a_confirmed_grant_for_a_bounded_time(
     assert auth(alice, a).status_code == 200  # the database answers again
 
 
+@pytest.mark.sqlite_file
 def test_database_down_still_checks_slurm_and_the_endpoint(
     papp: Flask, sched: VerifyingScheduler, two: tuple[int, Session, int, Session], base_config: dict[str, Any]
 ) -> None:
@@ -303,6 +305,7 @@ def test_database_down_still_checks_slurm_and_the_endpoint(
         database_up(papp, path)
 
 
+@pytest.mark.sqlite_file
 def test_a_zero_cache_time_turns_the_fallback_off(
     papp: Flask, sched: VerifyingScheduler, two: tuple[int, Session, int, Session], base_config: dict[str, Any]
 ) -> None:

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 from typing import ClassVar
 
+import jwt
 import pytest
 from flask import Flask
 
+from carme_runtime.hostlist import expand_hostlist
+from carme_runtime.slurm import count_gpus
 from tests.fixtures.net import serve_http
 from webui.scheduler import ClusterState
 from webui.scheduler import SlurmScheduler
@@ -30,9 +33,7 @@ from webui.slurm import SlurmError
 from webui.slurm import SlurmUnavailable
 from webui.slurm import TokenRefused
 from webui.slurm import TokenSource
-from webui.slurm import count_gpus
 from webui.slurm import decode_jwt
-from webui.slurm import expand_hostlist
 from webui.slurm import mint_jwt
 
 from .conftest import closed_port
@@ -49,10 +50,29 @@ KEY = b"k" * 32
 def test_jwt_has_slurm_claims_and_verifies() -> None:
     token = mint_jwt(KEY, "alice", lifetime=300, now=1_700_000_000)
     header, _, _ = token.split(".")
-    assert decode_jwt(KEY, token) == {"sun": "alice", "iat": 1_700_000_000, "exp": 1_700_000_300}
+    assert decode_jwt(KEY, token, now=1_700_000_100) == {"sun": "alice", "iat": 1_700_000_000, "exp": 1_700_000_300}
     assert json.loads(__import__("base64").urlsafe_b64decode(header + "==")) == {"alg": "HS256", "typ": "JWT"}
-    with pytest.raises(ValueError, match="signature"):
-        decode_jwt(b"x" * 32, token)
+    with pytest.raises(ValueError, match=r"[Ss]ignature"):
+        decode_jwt(b"x" * 32, token, now=1_700_000_100)
+
+
+def test_jwt_decode_checks_exp_and_alg() -> None:
+    token = mint_jwt(KEY, "alice", lifetime=300, now=1_700_000_000)
+    with pytest.raises(ValueError, match="expired"):
+        decode_jwt(KEY, token, now=1_700_000_300)
+    with pytest.raises(ValueError, match="expired"):
+        decode_jwt(KEY, token)  # against the clock: long past
+    claims = {"sun": "alice", "iat": 1_700_000_000, "exp": 1_700_000_300}
+    for alg in ("HS384", "HS512"):
+        with pytest.raises(ValueError, match="alg"):
+            decode_jwt(KEY, jwt.encode(claims, KEY * 2, algorithm=alg), now=1_700_000_100)
+    unsigned = jwt.encode(claims, None, algorithm="none")
+    with pytest.raises(ValueError, match="alg"):
+        decode_jwt(KEY, unsigned, now=1_700_000_100)
+    with pytest.raises(ValueError, match="exp"):
+        decode_jwt(KEY, jwt.encode({"sun": "alice"}, KEY, algorithm="HS256"))
+    with pytest.raises(ValueError, match="sun"):
+        decode_jwt(KEY, jwt.encode({"exp": 2_000_000_000}, KEY, algorithm="HS256"), now=1_700_000_100)
 
 
 @pytest.mark.parametrize("name", ["root", "slurm", "Alice", "al ice", "alice;id", "$(id)", "", "a" * 40, "-x"])

@@ -1,49 +1,30 @@
-"""Jinja2 filters for the slurm role: hostlist compression and config dictionary rendering."""
+"""Jinja2 filters for the slurm role: hostlist compression and config dictionary rendering.
+
+``slurm_hostlist`` is carme_runtime's ``compress_hostlist`` (carme_runtime/hostlist.py), reached through the role's
+``module_utils/carme_hostlist.py`` link as the role's modules reach carme_runtime code. A filter plugin runs on the
+controller, where ``ansible.module_utils`` does not include a role's module_utils, so the file is loaded by path.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-_NAME_RE = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>\D*)$")
+
+def _load_hostlist() -> Any:
+    path = Path(__file__).resolve().parent.parent / "module_utils" / "carme_hostlist.py"
+    spec = importlib.util.spec_from_file_location("carme_slurm_role_hostlist", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def hostlist(names: Iterable[str]) -> str:
-    """Compress host names into Slurm hostlist syntax: node001..node128 -> node[001-128].
-
-    Names sharing a prefix, suffix and number width are folded into ranges; the output is sorted and stable,
-    so the rendered file only changes when the set of hosts changes.
-    """
-    buckets: dict[tuple[str, str, int], set[int]] = defaultdict(set)
-    plain: set[str] = set()
-    for name in names:
-        name = str(name)
-        m = _NAME_RE.match(name)
-        if not m:
-            plain.add(name)
-            continue
-        num = m.group("num")
-        buckets[(m.group("prefix"), m.group("suffix"), len(num))].add(int(num))
-    parts: list[str] = sorted(plain)
-    for (prefix, suffix, width), nums in sorted(buckets.items()):
-        ordered = sorted(nums)
-        if len(ordered) == 1:
-            parts.append(f"{prefix}{ordered[0]:0{width}d}{suffix}")
-            continue
-        ranges: list[str] = []
-        start = prev = ordered[0]
-        for n in [*ordered[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
-    return ",".join(parts)
+hostlist = _load_hostlist().compress_hostlist
 
 
 def slurm_value(value: Any) -> str:

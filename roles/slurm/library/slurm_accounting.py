@@ -104,7 +104,11 @@ ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Admini
 
 
 def norm_time(value):
-    """Slurm time strings to minutes: '480', '8:00:00', '08:00:00', '1-00:00:00', '2-12' (days-hours)."""
+    """Slurm time strings to minutes: '480', '30:00' (minutes:seconds), '8:00:00', '1-00:00:00', '2-12' (days-hours).
+
+    Seconds round up to the next minute, as Slurm does (time_str2mins; sbatch(1) --time: "seconds values are rounded
+    up to the next minute"): sacctmgr stores MaxWall=00:00:30 as one minute, and prints 00:01:00.
+    """
     value = str(value).strip()
     if value in ("", "-1", "UNLIMITED", "INFINITE"):
         return ""
@@ -125,7 +129,7 @@ def norm_time(value):
                 hours, minutes, seconds = parts[0], parts[1], parts[2]
     except ValueError:
         return value
-    return str(days * 1440 + hours * 60 + minutes + seconds // 60)
+    return str(days * 1440 + hours * 60 + minutes + -(-seconds // 60))
 
 
 def norm(key, value):

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from carme_runtime.admin.progress import ProgressPrinter
+from carme_admin.progress import ProgressPrinter
 
 KEEP_RUNS = 10
 

@@ -6,7 +6,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import TextIO
+
+from carme_runtime.runner import SubprocessRunner
 
 DEMO_INVENTORY = Path("inventories/demo/hosts.yml")
 DEMO_PLAYBOOK = "playbooks/demo_nodes.yml"
@@ -32,15 +33,8 @@ CMD_TIMEOUT = 60
 CmdRunner = Callable[[Sequence[str]], tuple[int, str, str]]
 
 
-def run_cmd(argv: Sequence[str]) -> tuple[int, str, str]:
-    """Run an argv list (never a shell); a missing program or a timeout is rc 127/124, not an exception."""
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=CMD_TIMEOUT, check=False)
-    except FileNotFoundError as exc:
-        return 127, "", str(exc)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"{argv[0]}: no answer after {CMD_TIMEOUT}s"
-    return proc.returncode, proc.stdout, proc.stderr
+#: runs an argv list (never a shell); a missing program or a timeout is rc 127/124, not an exception
+run_cmd: CmdRunner = SubprocessRunner(timeout=CMD_TIMEOUT)
 
 
 # -- inventory values --------------------------------------------------------------------------------------

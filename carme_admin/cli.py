@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 from typing import TextIO
 
+from carme_admin import demo
+from carme_admin.playbook import PlaybookRun
+from carme_admin.playbook import RunResult
+from carme_admin.playbook import UsageError
+from carme_admin.playbook import run_playbook
+from carme_admin.playbook import split_extra_vars
+from carme_admin.progress import ProgressPrinter
+from carme_admin.project import find_project_dir
 from carme_runtime import __version__
-from carme_runtime.admin import demo
-from carme_runtime.admin.playbook import PlaybookRun
-from carme_runtime.admin.playbook import RunResult
-from carme_runtime.admin.playbook import UsageError
-from carme_runtime.admin.playbook import run_playbook
-from carme_runtime.admin.playbook import split_extra_vars
-from carme_runtime.admin.progress import ProgressPrinter
-from carme_runtime.admin.project import find_project_dir
 from carme_runtime.exit_codes import ExitCode
 
 EXIT_NOT_RUNNING = 3

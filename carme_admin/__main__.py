@@ -1,0 +1,7 @@
+"""``python -m carme_admin`` is ``carme``."""
+
+import sys
+
+from carme_admin.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+../../../carme_runtime/hostlist.py

@@ -1,0 +1,52 @@
+"""Walltime values in the ``slurm_accounting`` module compare as Slurm stores them (minutes, seconds rounded up)."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from tests.roles.harness import REPO_ROOT
+
+
+def _module() -> ModuleType:
+    path = REPO_ROOT / "roles" / "slurm" / "library" / "slurm_accounting.py"
+    spec = importlib.util.spec_from_file_location("slurm_accounting_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("480", "480"),
+        ("30:00", "30"),  # minutes:seconds
+        ("08:00:00", "480"),
+        ("8:00:00", "480"),
+        ("1-00:00:00", "1440"),
+        ("2-12", "3600"),  # days-hours
+        ("2-12:30", "3630"),  # days-hours:minutes
+        ("2-12:30:00", "3630"),
+        ("00:00:30", "1"),  # Slurm rounds seconds up to the next minute ...
+        ("1:30", "2"),
+        ("08:00:01", "481"),
+        ("1-00:00:59", "1441"),
+        ("", ""),  # ... and these mean no limit
+        ("-1", ""),
+        ("UNLIMITED", ""),
+        ("INFINITE", ""),
+    ],
+)
+def test_walltime_minutes_as_slurm_stores_them(text: str, minutes: str) -> None:
+    mod = _module()
+    assert mod.norm_time(text) == minutes
+    assert mod.norm("MaxWall", text) == minutes
+
+
+def test_a_seconds_limit_equals_what_sacctmgr_prints_back() -> None:
+    mod = _module()
+    # MaxWall=00:00:30 is stored as one minute; sacctmgr shows 00:01:00: no change on the next run
+    assert mod.norm("MaxWall", "00:01:00") == mod.norm("MaxWall", "00:00:30")
