@@ -266,7 +266,7 @@ def test_https_port_defaults(tmp_path: Path) -> None:
 
 
 def test_repo_demo_inventory_gives_the_published_port() -> None:
-    repo = Path(cli.__file__).resolve().parents[2]
+    repo = Path(cli.__file__).resolve().parents[1]
     if not (repo / demo.DEMO_INVENTORY).is_file():
         pytest.skip("not a checkout")
     assert demo.https_port(repo / demo.DEMO_INVENTORY) == 8443
