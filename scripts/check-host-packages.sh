@@ -11,7 +11,7 @@ mapfile -t manifest < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$here/host-packa
 # what the project runs on the host (programs and plugins), by path
 programs=(
   /usr/bin/podman /usr/sbin/runc /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns /usr/sbin/iptables
-  /usr/bin/newuidmap /usr/sbin/debootstrap /usr/bin/make /usr/bin/chromium /usr/bin/curl
+  /usr/bin/newuidmap /usr/sbin/debootstrap /usr/bin/make /usr/bin/chromium /usr/bin/curl /usr/bin/nsenter
   /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/sbin/slurmrestd /usr/bin/sbatch
   /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so /usr/lib/x86_64-linux-gnu/slurm-wlm/accounting_storage_mysql.so
   /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/sbin/slapd /usr/bin/ldapsearch /usr/sbin/slappasswd
