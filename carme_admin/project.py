@@ -25,4 +25,4 @@ def find_project_dir(cwd: Path | None = None, env: Mapping[str, str] | None = No
     for candidate in (start, *start.parents):
         if is_project_dir(candidate):
             return candidate
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
