@@ -158,7 +158,7 @@ def register_error_handlers(app: Flask) -> None:
         page = render_template("error.html", code=503, message=DATABASE_DOWN_MESSAGE, database_down=True)
         return page, 503, retry
 
-    from webui.slurm import SlurmError
+    from webui.slurmrestd import SlurmError
 
     @app.errorhandler(SlurmError)
     def _slurm(exc: SlurmError) -> tuple[Any, int]:
@@ -170,7 +170,7 @@ def register_error_handlers(app: Flask) -> None:
 
 
 def register_commands(app: Flask) -> None:
-    from webui.cli import register
+    from webui.flask_commands import register
 
     register(app)
 

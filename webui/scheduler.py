@@ -38,11 +38,11 @@ from carme_runtime.sessions import SessionLimits
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import ValidationError
 from carme_runtime.sessions import build_rest_payload
-from carme_runtime.slurm import UNFINISHED_STATES
-from carme_runtime.slurm import count_gpus
-from carme_runtime.slurm import parse_comment
-from webui.slurm import SlurmClient
-from webui.slurm import SlurmError
+from carme_runtime.slurm_formats import UNFINISHED_STATES
+from carme_runtime.slurm_formats import count_gpus
+from carme_runtime.slurm_formats import parse_comment
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import SlurmError
 
 
 class SessionInvalid(ValueError):
@@ -592,7 +592,7 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         module_name, _, attr = str(factory).partition(":")
         built: Scheduler = getattr(importlib.import_module(module_name), attr)(config)
         return built
-    from webui.slurm import make_client
+    from webui.slurmrestd import make_client
 
     return SlurmScheduler(
         make_client(config),

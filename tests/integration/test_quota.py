@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import quota
-from carme_runtime.slurm import gpu_count_from_tres
-from carme_runtime.slurm import parse_tres
+from carme_runtime.slurm_formats import gpu_count_from_tres
+from carme_runtime.slurm_formats import parse_tres
 from tests.fixtures.hostslurm import HostSlurm
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]

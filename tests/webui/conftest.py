@@ -26,8 +26,8 @@ from flask.testing import FlaskClient
 from flask.testing import FlaskCliRunner
 
 from webui import create_app
-from webui.cli import upgrade_database
 from webui.extensions import db
+from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import User
@@ -40,7 +40,7 @@ from webui.scheduler import SessionSpec
 from webui.scheduler import build_payload
 from webui.scheduler import load_apps
 from webui.security import start_login
-from webui.slurm import SlurmError
+from webui.slurmrestd import SlurmError
 
 ROOT = Path(__file__).resolve().parents[2]
 try:

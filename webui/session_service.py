@@ -46,8 +46,8 @@ from webui.scheduler import readiness_path
 from webui.security import CurrentUser
 from webui.security import audit
 from webui.security import current_user
-from webui.slurm import SlurmError
-from webui.slurm import SlurmUnavailable
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd import SlurmUnavailable
 
 T = TypeVar("T")
 
