@@ -74,10 +74,11 @@ def register_extensions(app: Flask) -> None:
     csrf.init_app(app)
     db.init_app(app)
     from webui import scheduler
+    from webui.caches import TTLMap
 
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
-    app.extensions["carme_view_cache"] = scheduler.TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
+    app.extensions["carme_view_cache"] = TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
 
 
 def register_blueprints(app: Flask) -> None:

@@ -10,7 +10,7 @@ from flask import render_template
 from markupsafe import Markup
 
 from webui import session_service
-from webui.scheduler import ClusterState
+from webui.cluster_state import ClusterState
 from webui.security import current_user
 from webui.security import login_required
 
