@@ -190,7 +190,7 @@ def build_plain_venv(dest: Path) -> Path:
     for name, func in (("carme-prolog", "prolog_main"), ("carme-epilog", "epilog_main")):
         script = venv / "bin" / name
         script.write_text(
-            f"#!{python}\nimport re\nimport sys\nfrom carme_runtime.cli import {func}\n"
+            f"#!{python}\nimport re\nimport sys\nfrom carme_runtime.entry_points import {func}\n"
             "if __name__ == '__main__':\n"
             "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
             f"    sys.exit({func}())\n"

@@ -169,8 +169,8 @@ def seed_and_sign(cfg: Path, users: int) -> list[str]:
     """Create the schema and the users; return one signed session cookie per user."""
     os.environ["CARME_WEBUI_CONFIG"] = str(cfg)
     from webui import create_app
-    from webui.cli import upgrade_database
     from webui.extensions import db
+    from webui.flask_commands import upgrade_database
     from webui.models import User
     from webui.security import start_login
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CARME = [sys.executable, "-m", "carme_admin.cli"]
+CARME = [sys.executable, "-m", "carme_admin.commands"]
 
 
 def timed(argv: list[str]) -> tuple[float, str]:

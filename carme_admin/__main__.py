@@ -2,6 +2,6 @@
 
 import sys
 
-from carme_admin.cli import main
+from carme_admin.commands import main
 
 sys.exit(main())

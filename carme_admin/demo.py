@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from typing import TextIO
 
-from carme_runtime.runner import SubprocessRunner
+from carme_runtime.command_runner import SubprocessRunner
 
 DEMO_INVENTORY = Path("inventories/demo/hosts.yml")
 DEMO_PLAYBOOK = "playbooks/demo_nodes.yml"

@@ -2,6 +2,6 @@
 
 import sys
 
-from carme_runtime.cli import launch_main
+from carme_runtime.entry_points import launch_main
 
 sys.exit(launch_main())

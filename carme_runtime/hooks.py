@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from collections.abc import Mapping
 
+    from carme_runtime.command_runner import Runner
     from carme_runtime.config import RuntimeConfig
-    from carme_runtime.runner import Runner
 
 DEFAULT_LOG_DIR = "/var/log/carme"
 
@@ -176,9 +176,9 @@ def should_kill_leftovers(
         return False, f"uid {ctx.uid} < min_uid {min_uid}"
     if squeue_rc != 0:
         return False, f"squeue failed (rc={squeue_rc}); keeping processes"
-    from carme_runtime.slurm import SlurmParseError
-    from carme_runtime.slurm import jobs_on_node
-    from carme_runtime.slurm import parse_squeue_json
+    from carme_runtime.slurm_formats import SlurmParseError
+    from carme_runtime.slurm_formats import jobs_on_node
+    from carme_runtime.slurm_formats import parse_squeue_json
 
     try:
         jobs = parse_squeue_json(squeue_out)
@@ -209,7 +209,7 @@ def clean_leftovers(
         import socket
 
         node = socket.gethostname().split(".")[0]
-    from carme_runtime.slurm import squeue_node_user_argv
+    from carme_runtime.slurm_formats import squeue_node_user_argv
 
     rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
     do_kill, why = should_kill_leftovers(ctx, rc, out, node, min_uid)

@@ -49,12 +49,12 @@ from carme_runtime.runtimes import BindNotAllowed
 from carme_runtime.runtimes import NoneRuntime
 from carme_runtime.runtimes import default_allow_list
 from carme_runtime.runtimes import default_binds
-from carme_runtime.slurm import format_comment
+from carme_runtime.slurm_formats import format_comment
 
 if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
+    from carme_runtime.command_runner import Runner
     from carme_runtime.config import RuntimeConfig
-    from carme_runtime.runner import Runner
     from carme_runtime.runtimes import Bind
     from carme_runtime.runtimes import Runtime
 
@@ -440,9 +440,9 @@ def main_argv_env(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return ExitCode.USAGE
     from carme_runtime.apps import AppSpecError
     from carme_runtime.apps import load_apps
+    from carme_runtime.command_runner import SubprocessRunner
     from carme_runtime.config import ConfigError
     from carme_runtime.config import RuntimeConfig
-    from carme_runtime.runner import SubprocessRunner
 
     try:
         config = RuntimeConfig.load(env)

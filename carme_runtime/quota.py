@@ -19,9 +19,9 @@ from datetime import datetime
 from datetime import timedelta
 from datetime import tzinfo
 
-from carme_runtime.slurm import gpu_count_from_tres
-from carme_runtime.slurm import parse_parsable
-from carme_runtime.slurm import parse_tres
+from carme_runtime.slurm_formats import gpu_count_from_tres
+from carme_runtime.slurm_formats import parse_parsable
+from carme_runtime.slurm_formats import parse_tres
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.runtimes import RUNTIME_NAMES
-from carme_runtime.slurm import format_comment
+from carme_runtime.slurm_formats import format_comment
 
 if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
-    from carme_runtime.runner import Runner
+    from carme_runtime.command_runner import Runner
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")

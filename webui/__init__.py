@@ -74,10 +74,11 @@ def register_extensions(app: Flask) -> None:
     csrf.init_app(app)
     db.init_app(app)
     from webui import scheduler
+    from webui.caches import TTLMap
 
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
-    app.extensions["carme_view_cache"] = scheduler.TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
+    app.extensions["carme_view_cache"] = TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
 
 
 def register_blueprints(app: Flask) -> None:
@@ -158,7 +159,7 @@ def register_error_handlers(app: Flask) -> None:
         page = render_template("error.html", code=503, message=DATABASE_DOWN_MESSAGE, database_down=True)
         return page, 503, retry
 
-    from webui.slurm import SlurmError
+    from webui.slurmrestd import SlurmError
 
     @app.errorhandler(SlurmError)
     def _slurm(exc: SlurmError) -> tuple[Any, int]:
@@ -170,7 +171,7 @@ def register_error_handlers(app: Flask) -> None:
 
 
 def register_commands(app: Flask) -> None:
-    from webui.cli import register
+    from webui.flask_commands import register
 
     register(app)
 

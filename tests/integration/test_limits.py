@@ -30,8 +30,8 @@ from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
 from webui.scheduler import SlurmScheduler
-from webui.slurm import SlurmClient
-from webui.slurm import TokenSource
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import TokenSource
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 alice's JupyterLab session is started by ``carme-launch`` (sbatch path, ``none`` runtime) and publishes its front.
 bob, with a job on the same node, rewrites his job comment with ``scontrol update`` (as himself) to alice's port
-and then to slurmd's: the portal's decision (:func:`webui.service.proxy_target`, reading the real job list from
+and then to slurmd's: the portal's decision (:func:`webui.session_service.proxy_target`, reading the real job list from
 slurmrestd and challenging the real endpoints) authorises alice's front for alice and nothing for bob.
 """
 
@@ -89,8 +89,8 @@ def sessions(host_slurm: HostSlurm) -> Iterator[Sessions]:
 def portal(host_slurm: HostSlurm, sessions: Sessions, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
     """The portal's app on the real slurmrestd (its real SlurmScheduler), with both sessions in its database."""
     from webui import create_app
-    from webui.cli import upgrade_database
     from webui.extensions import db
+    from webui.flask_commands import upgrade_database
     from webui.models import PortalSession
 
     tmp = tmp_path_factory.mktemp("portal")
@@ -135,12 +135,12 @@ def portal(host_slurm: HostSlurm, sessions: Sessions, tmp_path_factory: pytest.T
 
 def decide(app: Flask, user: str, job_id: int) -> Any:
     """The portal's proxy decision for ``user``: the ProxyTarget, or the HTTP status it aborts with."""
-    from webui import service
+    from webui import session_service
     from webui.security import CurrentUser
 
     with app.test_request_context("/api/proxy-auth"):
         try:
-            return service.proxy_target(CurrentUser(username=user, is_admin=False), job_id)
+            return session_service.proxy_target(CurrentUser(username=user, is_admin=False), job_id)
         except HTTPException as exc:
             return exc.code
 

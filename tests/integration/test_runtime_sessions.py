@@ -39,7 +39,7 @@ from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import build_rest_payload
 from carme_runtime.sessions import submit_with_sbatch
-from carme_runtime.slurm import parse_comment
+from carme_runtime.slurm_formats import parse_comment
 from tests.fixtures.carmeenvs import ensure_jupyter_env
 from tests.fixtures.carmeenvs import ensure_runtime_env
 from tests.fixtures.carmeenvs import launch_on_path
@@ -59,7 +59,7 @@ def record_timing(name: str, seconds: float) -> None:
 
 
 class UserRunner:
-    """A :class:`carme_runtime.runner.Runner` that runs argv as ``user`` (runuser) against the test cluster.
+    """A :class:`carme_runtime.command_runner.Runner` that runs argv as ``user`` (runuser) against the test cluster.
 
     The environment is the one the package gives (the job environment for sbatch) plus ``SLURM_CONF``;
     ``--export`` lists names only, so nothing else of this process reaches the job.

@@ -16,12 +16,12 @@ import jwt
 import pytest
 
 from tests.fixtures.hostslurm import HostSlurm
-from webui.slurm import API
-from webui.slurm import SlurmClient
-from webui.slurm import SlurmError
-from webui.slurm import TokenSource
-from webui.slurm import decode_jwt
-from webui.slurm import mint_jwt
+from webui.slurmrestd import API
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd import TokenSource
+from webui.slurmrestd import decode_jwt
+from webui.slurmrestd import mint_jwt
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import hooks
-from carme_runtime.cli import epilog_main
-from carme_runtime.cli import prolog_main
+from carme_runtime.entry_points import epilog_main
+from carme_runtime.entry_points import prolog_main
 from carme_runtime.job import InvalidJobEnv
 from carme_runtime.job import JobContext
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import quota
-from carme_runtime.quota_cli import main as quota_main
+from carme_runtime.quota_report import main as quota_main
 
 
 def ts(text: str) -> float:

@@ -26,21 +26,21 @@ from flask.testing import FlaskClient
 from flask.testing import FlaskCliRunner
 
 from webui import create_app
-from webui.cli import upgrade_database
+from webui.cluster_state import ClusterState
+from webui.cluster_state import Endpoint
+from webui.cluster_state import Job
+from webui.cluster_state import Node
+from webui.cluster_state import Partition
 from webui.extensions import db
+from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import User
-from webui.scheduler import ClusterState
-from webui.scheduler import Endpoint
-from webui.scheduler import Job
-from webui.scheduler import Node
-from webui.scheduler import Partition
-from webui.scheduler import SessionSpec
-from webui.scheduler import build_payload
-from webui.scheduler import load_apps
 from webui.security import start_login
-from webui.slurm import SlurmError
+from webui.session_spec import SessionSpec
+from webui.session_spec import build_payload
+from webui.session_spec import load_apps
+from webui.slurmrestd import SlurmError
 
 ROOT = Path(__file__).resolve().parents[2]
 try:

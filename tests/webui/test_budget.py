@@ -15,11 +15,11 @@ import pytest
 from flask import Flask
 
 from webui import forms
-from webui import service
+from webui import session_service
 from webui.security import CurrentUser
-from webui.slurm import SlurmClient
-from webui.slurm import SlurmError
-from webui.slurm import TokenSource
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd import TokenSource
 
 from .conftest import FakeScheduler
 
@@ -72,8 +72,8 @@ def test_an_unknown_usage_is_cached_briefly_and_refuses_gpu_sessions(
     monkeypatch.setattr(fake_scheduler, "gpu_hours_used", unknown)
     with app.test_request_context("/"):
         for _ in range(5):
-            assert service.quota_view("alice", cached=True)["used_gpu_hours"] is None
+            assert session_service.quota_view("alice", cached=True)["used_gpu_hours"] is None
         assert len(calls) == 1, "every dashboard load asked Slurm again"
         user = CurrentUser("alice", False)
         with pytest.raises(forms.FieldError, match="cannot be read from Slurm"):
-            service.start_session(user, GOOD)
+            session_service.start_session(user, GOOD)

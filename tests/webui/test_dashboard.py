@@ -8,18 +8,18 @@ from typing import Any
 
 from flask import Flask
 
-from webui import service
+from webui import session_service
+from webui.caches import StateCache
+from webui.caches import TTLMap
+from webui.cluster_state import ClusterState
+from webui.cluster_state import Job
+from webui.cluster_state import Node
+from webui.cluster_state import Partition
 from webui.dashboard import usage_card
 from webui.extensions import db
 from webui.models import News
 from webui.models import QuotaPolicy
 from webui.models import User
-from webui.scheduler import ClusterState
-from webui.scheduler import Job
-from webui.scheduler import Node
-from webui.scheduler import Partition
-from webui.scheduler import StateCache
-from webui.scheduler import TTLMap
 
 from .conftest import FakeScheduler
 from .conftest import log_in_as
@@ -162,8 +162,8 @@ def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> No
         )
         db.session.commit()
         with app.test_request_context("/"):
-            assert service.effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
-            assert service.effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
+            assert session_service.effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
+            assert session_service.effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
     form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
     resp = post(client, "/sessions/new", form)
     assert resp.status_code == 400 and "gpus: must be between 0 and 1" in resp.get_data(as_text=True)

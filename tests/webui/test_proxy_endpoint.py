@@ -18,11 +18,11 @@ import pytest
 from flask import Flask
 
 from carme_runtime import front
+from webui.caches import TTLMap
+from webui.cluster_state import Endpoint
+from webui.cluster_state import Node
 from webui.extensions import db
-from webui.scheduler import Endpoint
-from webui.scheduler import Node
 from webui.scheduler import SlurmScheduler
-from webui.scheduler import TTLMap
 
 from .conftest import FakeScheduler
 from .conftest import add_session

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webui.scheduler import resolve_addresses
+from webui.dns import resolve_addresses
 
 
 def test_node_name_resolves_to_its_addresses() -> None:

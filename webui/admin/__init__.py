@@ -20,7 +20,7 @@ from sqlalchemy import select
 from werkzeug.wrappers import Response
 
 from webui import forms
-from webui import service
+from webui import session_service
 from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import ImageCatalog
@@ -51,13 +51,13 @@ def _guard() -> None:
 
 @bp.route("/")
 def index() -> Any:
-    state = service.scheduler().state()
+    state = session_service.scheduler().state()
     records = list(
         db.session.execute(
             select(PortalSession).where(PortalSession.ended_at.is_(None)).order_by(PortalSession.created_at.desc())
         ).scalars()
     )
-    sessions = service.session_views(state, records, probe=False)
+    sessions = session_service.session_views(state, records, probe=False)
     return render_template("admin/index.html", state=state, sessions=sessions, usage=state.gpu_usage())
 
 
@@ -82,7 +82,7 @@ def news() -> Any:
         db.session.flush()
         audit("admin.news.create", str(item.id), title=title)
         db.session.commit()
-        service.view_cache().clear()
+        session_service.view_cache().clear()
         flash("News published.")
         return redirect(url_for("admin.news"))
     items = db.session.execute(select(News).order_by(News.created_at.desc())).scalars()
@@ -97,7 +97,7 @@ def news_delete(news_id: int) -> Response:
     audit("admin.news.delete", str(news_id), title=item.title)
     db.session.delete(item)
     db.session.commit()
-    service.view_cache().clear()
+    session_service.view_cache().clear()
     flash("News deleted.")
     return redirect(url_for("admin.news"))
 
@@ -171,11 +171,11 @@ def quota() -> Any:
         db.session.add(row)
         audit("admin.quota.save", key or "(default)", **values)
         db.session.commit()
-        service.view_cache().clear()
+        session_service.view_cache().clear()
         flash("Quota policy saved.")
         return redirect(url_for("admin.quota"))
     rows = db.session.execute(select(QuotaPolicy).order_by(QuotaPolicy.username)).scalars()
-    defaults = service.effective_policy("\x00no-such-user")
+    defaults = session_service.effective_policy("\x00no-such-user")
     return render_template("admin/quota.html", rows=list(rows), defaults=defaults)
 
 
@@ -187,7 +187,7 @@ def quota_delete(row_id: int) -> Response:
     audit("admin.quota.delete", row.username or "(default)")
     db.session.delete(row)
     db.session.commit()
-    service.view_cache().clear()
+    session_service.view_cache().clear()
     return redirect(url_for("admin.quota"))
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from carme_runtime.front import FRONT_HEADER
-from webui import service
+from webui import session_service
 from webui.extensions import db
 from webui.models import User
 from webui.security import current_user
@@ -55,7 +55,7 @@ def health() -> Any:
     The scheduler's state is reported but does not fail the check: the portal shows a banner without Slurm.
     """
     database = _database_answers()
-    state = service.scheduler().state()
+    state = session_service.scheduler().state()
     body = jsonify(ok=database, database="ok" if database else "down", scheduler="unavailable" if state.error else "ok")
     return body, 200 if database else 503
 
@@ -71,8 +71,8 @@ def csrf_token() -> Any:
 def list_sessions() -> Any:
     user = current_user()
     assert user is not None
-    state = service.scheduler().state()
-    views = service.session_views(state, service.my_portal_sessions(user.username))
+    state = session_service.scheduler().state()
+    views = session_service.session_views(state, session_service.my_portal_sessions(user.username))
     return jsonify(sessions=views, scheduler_error=state.error)
 
 
@@ -83,7 +83,7 @@ def start_session() -> Any:
     assert user is not None
     body = request.get_json(silent=True)
     form = body if isinstance(body, dict) else request.form
-    record = service.start_session(user, form)
+    record = session_service.start_session(user, form)
     return jsonify(job_id=record.job_id, app=record.app, gpus=record.gpus), 201
 
 
@@ -93,14 +93,14 @@ def start_session() -> Any:
 def stop_session(job_id: str) -> Any:
     user = current_user()
     assert user is not None
-    record = service.stop_session(user, service.parse_job_id(job_id))
+    record = session_service.stop_session(user, session_service.parse_job_id(job_id))
     return jsonify(job_id=record.job_id, stopped=True)
 
 
 @bp.route("/cluster")
 @login_required
 def cluster() -> Any:
-    state = service.scheduler().state()
+    state = session_service.scheduler().state()
     return jsonify(usage=state.gpu_usage(), scheduler_error=state.error)
 
 
@@ -115,7 +115,7 @@ def proxy_auth() -> Response:
     path = unquote(uri.split("?", 1)[0])
     if match is None or any(seg in (".", "..") for seg in path.split("/")) or "\\" in path:
         abort(404)
-    target = service.authorise_proxy(int(match.group(1)))
+    target = session_service.authorise_proxy(int(match.group(1)))
     resp = Response(status=200)
     # Only what nginx uses (never the session secret itself): the proven endpoint of the session's front,
     # the front's key, and the app's own Authorization value ("" removes the client's own).

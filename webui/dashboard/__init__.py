@@ -9,8 +9,8 @@ from flask import current_app
 from flask import render_template
 from markupsafe import Markup
 
-from webui import service
-from webui.scheduler import ClusterState
+from webui import session_service
+from webui.cluster_state import ClusterState
 from webui.security import current_user
 from webui.security import login_required
 
@@ -36,8 +36,8 @@ def usage_card(state: ClusterState) -> Markup:
 def index() -> Any:
     user = current_user()
     assert user is not None
-    state = service.scheduler().state()
-    sessions = service.session_views(state, service.my_portal_sessions(user.username))
+    state = session_service.scheduler().state()
+    sessions = session_service.session_views(state, session_service.my_portal_sessions(user.username))
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
     return render_template(
@@ -46,6 +46,6 @@ def index() -> Any:
         sessions=sessions,
         other_jobs=other_jobs,
         usage_card=usage_card(state),
-        quota=service.quota_view(user.username, cached=True),
-        news=service.latest_news(),
+        quota=session_service.quota_view(user.username, cached=True),
+        news=session_service.latest_news(),
     )

@@ -13,26 +13,26 @@ from flask import request
 from flask import url_for
 from werkzeug.wrappers import Response
 
-from webui import service
+from webui import session_service
 from webui.forms import FieldError
 from webui.security import current_user
 from webui.security import login_required
-from webui.slurm import SlurmError
+from webui.slurmrestd import SlurmError
 
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
 
 
 def _form_context(username: str) -> dict[str, Any]:
-    state = service.scheduler().state()
-    images = service.catalog()
-    partition = service.default_partition(state)
+    state = session_service.scheduler().state()
+    images = session_service.catalog()
+    partition = session_service.default_partition(state)
     return {
         "state": state,
         "images": images,
-        "apps": service.available_apps(images),
+        "apps": session_service.available_apps(images),
         "partitions": state.partitions,
         "default_partition": partition,
-        "limits": service.form_limits(username, state, partition),
+        "limits": session_service.form_limits(username, state, partition),
     }
 
 
@@ -50,7 +50,7 @@ def start() -> Any:
     user = current_user()
     assert user is not None
     try:
-        record = service.start_session(user, request.form)
+        record = session_service.start_session(user, request.form)
     except FieldError as exc:
         ctx = _form_context(user.username)
         return render_template("sessions/new.html", error=exc.description, form=request.form, **ctx), 400
@@ -65,9 +65,9 @@ def stop_and_flash(job_id: str) -> None:
     """Stop a session as the logged-in user (the service checks owner or admin) and say how it went."""
     user = current_user()
     assert user is not None
-    jid = service.parse_job_id(job_id)
+    jid = session_service.parse_job_id(job_id)
     try:
-        service.stop_session(user, jid)
+        session_service.stop_session(user, jid)
     except SlurmError as exc:
         flash(f"Could not stop session {jid}: {exc}")
     else:
@@ -87,15 +87,15 @@ def stop(job_id: str) -> Response:
 def connect(job_id: str) -> Response:
     user = current_user()
     assert user is not None
-    jid = service.parse_job_id(job_id)
-    record = service.get_portal_session(jid)
+    jid = session_service.parse_job_id(job_id)
+    record = session_service.get_portal_session(jid)
     if record is None:
         abort(404)
     if record.owner != user.username:
         abort(403)
-    state = service.scheduler().state()
-    views = service.session_views(state, [record])
+    state = session_service.scheduler().state()
+    views = session_service.session_views(state, [record])
     if not views or not views[0]["ready"]:
         flash(f"Session {jid} is not ready yet.")
         return redirect(url_for("dashboard.index"))
-    return redirect(service.proxy_path(jid))
+    return redirect(session_service.proxy_path(jid))

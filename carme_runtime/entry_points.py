@@ -25,8 +25,8 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def prolog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Slurm ``Prolog=`` (via the ``prolog.d`` shim). Exits 0 unless the node itself is broken."""
+    from carme_runtime.command_runner import SubprocessRunner
     from carme_runtime.hooks import run_prolog
-    from carme_runtime.runner import SubprocessRunner
 
     _args(argv)  # slurmd passes no arguments; extra ones are ignored rather than fail the node
     try:
@@ -38,8 +38,8 @@ def prolog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
 
 def epilog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Slurm ``Epilog=``: remove job scratch, kill leftovers when the user has no other job here."""
+    from carme_runtime.command_runner import SubprocessRunner
     from carme_runtime.hooks import run_epilog
-    from carme_runtime.runner import SubprocessRunner
 
     _args(argv)
     try:
@@ -62,9 +62,9 @@ def gpu_facts_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
     import json
 
     from carme_runtime import gpu
+    from carme_runtime.command_runner import RC_NOT_FOUND
+    from carme_runtime.command_runner import SubprocessRunner
     from carme_runtime.exit_codes import ExitCode
-    from carme_runtime.runner import RC_NOT_FOUND
-    from carme_runtime.runner import SubprocessRunner
 
     parser = argparse.ArgumentParser(prog="carme-gpu-facts", description="Print GPU facts as JSON.")
     parser.add_argument("--fake", type=int, metavar="N", help="report N fake GPUs (CI without a driver)")
@@ -96,6 +96,6 @@ def gpu_facts_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | N
 
 def quota_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """``carme-quota report [--json] [--month YYYY-MM]``."""
-    from carme_runtime.quota_cli import main
+    from carme_runtime.quota_report import main
 
     return main(_args(argv), _env(env))

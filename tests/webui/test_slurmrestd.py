@@ -21,20 +21,20 @@ import pytest
 from flask import Flask
 
 from carme_runtime.hostlist import expand_hostlist
-from carme_runtime.slurm import count_gpus
+from carme_runtime.slurm_formats import count_gpus
 from tests.fixtures.net import serve_http
-from webui.scheduler import ClusterState
+from webui.caches import StateCache
+from webui.cluster_state import ClusterState
 from webui.scheduler import SlurmScheduler
-from webui.scheduler import StateCache
-from webui.scheduler import parse_job
-from webui.scheduler import parse_node
-from webui.slurm import SlurmClient
-from webui.slurm import SlurmError
-from webui.slurm import SlurmUnavailable
-from webui.slurm import TokenRefused
-from webui.slurm import TokenSource
-from webui.slurm import decode_jwt
-from webui.slurm import mint_jwt
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd import SlurmUnavailable
+from webui.slurmrestd import TokenRefused
+from webui.slurmrestd import TokenSource
+from webui.slurmrestd import decode_jwt
+from webui.slurmrestd import mint_jwt
+from webui.slurmrestd_records import parse_job
+from webui.slurmrestd_records import parse_node
 
 from .conftest import closed_port
 from .conftest import log_in_as

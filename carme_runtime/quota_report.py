@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from typing import TextIO
 
 from carme_runtime import quota
+from carme_runtime.command_runner import SubprocessRunner
 from carme_runtime.exit_codes import ExitCode
-from carme_runtime.runner import SubprocessRunner
 
 if TYPE_CHECKING:
-    from carme_runtime.runner import Runner
+    from carme_runtime.command_runner import Runner
 
 
 def build_parser() -> argparse.ArgumentParser:

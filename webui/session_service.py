@@ -28,26 +28,26 @@ from carme_runtime.front import PORT_RANGE
 from carme_runtime.front import front_headers
 from carme_runtime.sessions import SessionLimits
 from webui import forms
+from webui.caches import TTLMap
+from webui.cluster_state import ClusterState
+from webui.cluster_state import Endpoint
+from webui.cluster_state import Job
 from webui.extensions import db
 from webui.models import ImageCatalog
 from webui.models import News
 from webui.models import PortalSession
 from webui.models import QuotaPolicy
 from webui.models import utcnow
-from webui.scheduler import ClusterState
-from webui.scheduler import Endpoint
-from webui.scheduler import Job
 from webui.scheduler import Scheduler
-from webui.scheduler import SessionInvalid
-from webui.scheduler import SessionSpec
-from webui.scheduler import TTLMap
-from webui.scheduler import load_apps
-from webui.scheduler import readiness_path
 from webui.security import CurrentUser
 from webui.security import audit
 from webui.security import current_user
-from webui.slurm import SlurmError
-from webui.slurm import SlurmUnavailable
+from webui.session_spec import SessionInvalid
+from webui.session_spec import SessionSpec
+from webui.session_spec import load_apps
+from webui.session_spec import readiness_path
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd import SlurmUnavailable
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from carme_admin import cli
+from carme_admin import commands
 from carme_admin import demo
 from carme_admin.playbook import KEEP_RUNS
 from carme_admin.playbook import PlaybookRun
@@ -32,7 +32,7 @@ def make_project(path: Path) -> Path:
 
 # -- parsing -------------------------------------------------------------------------------------------------
 def test_deploy_defaults() -> None:
-    args = cli.build_parser().parse_args(["deploy"])
+    args = commands.build_parser().parse_args(["deploy"])
     assert (args.command, args.playbook, args.inventory, args.limit, args.tags) == (
         "deploy",
         "site.yml",
@@ -44,7 +44,7 @@ def test_deploy_defaults() -> None:
 
 
 def test_deploy_options() -> None:
-    args = cli.build_parser().parse_args(
+    args = commands.build_parser().parse_args(
         ["deploy", "--inventory", "inv/hosts.yml", "--limit", "head", "--tags", "slurm_config", "--check",
          "--playbook", "playbooks/slurm.yml", "-e", "a=1", "-e", "b=2", "--json"]
     )  # fmt: skip
@@ -56,7 +56,7 @@ def test_deploy_options() -> None:
 
 
 def test_demo_actions() -> None:
-    parser = cli.build_parser()
+    parser = commands.build_parser()
     assert parser.parse_args(["demo", "up", "--no-deploy"]).no_deploy is True
     assert parser.parse_args(["demo", "down"]).demo_command == "down"
     assert parser.parse_args(["demo", "status"]).demo_command == "status"
@@ -66,17 +66,17 @@ def test_demo_actions() -> None:
     "argv", [[], ["frobnicate"], ["demo"], ["demo", "sideways"], ["deploy", "--bogus"], ["deploy", "-e"]]
 )
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(argv) == 2
+    assert commands.main(argv) == 2
     assert "usage: carme" in capsys.readouterr().err
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["--version"]) == 0
+    assert commands.main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"carme {__version__}"
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["deploy", "--help"]) == 0
+    assert commands.main(["deploy", "--help"]) == 0
     assert "--playbook" in capsys.readouterr().out
 
 
@@ -84,7 +84,7 @@ def test_missing_playbook_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(PROJECT_ENV, str(make_project(tmp_path)))
-    assert cli.main(["deploy", "--playbook", "nope.yml"]) == 2
+    assert commands.main(["deploy", "--playbook", "nope.yml"]) == 2
     assert "playbook not found: nope.yml" in capsys.readouterr().err
 
 
@@ -92,7 +92,7 @@ def test_missing_inventory_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(PROJECT_ENV, str(make_project(tmp_path)))
-    assert cli.main(["deploy", "--inventory", str(tmp_path / "missing.yml")]) == 2
+    assert commands.main(["deploy", "--inventory", str(tmp_path / "missing.yml")]) == 2
     assert "inventory not found" in capsys.readouterr().err
     assert not (tmp_path / ".artifacts").exists()  # nothing started
 
@@ -101,7 +101,7 @@ def test_bad_extra_var_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(PROJECT_ENV, str(make_project(tmp_path)))
-    assert cli.main(["deploy", "-e", "not a pair"]) == 2
+    assert commands.main(["deploy", "-e", "not a pair"]) == 2
     assert "expected key=value" in capsys.readouterr().err
 
 
@@ -176,7 +176,7 @@ def test_project_needs_both_markers(tmp_path: Path) -> None:
     (tmp_path / "site.yml").write_text("---\n", encoding="utf-8")  # no ansible.cfg: not a project
     found = find_project_dir(cwd=tmp_path, env={})
     assert found != tmp_path.resolve()
-    assert found == Path(cli.__file__).resolve().parents[2]  # the package's parent (editable checkout)
+    assert found == Path(commands.__file__).resolve().parents[1]  # the package's parent (editable checkout)
 
 
 # -- demo helpers ------------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_demo_status_all_running(capsys: pytest.CaptureFixture[str]) -> None:
     ps = [{"Names": [n], "State": "running"} for n in demo.DEMO_NODES]
     answers = {PS: (0, json.dumps(ps), "")}
     answers.update({exec_argv(n): (0, "running\n", "") for n in demo.DEMO_NODES})
-    assert cli.cmd_demo_status(FakeRunner(answers)) == 0
+    assert commands.cmd_demo_status(FakeRunner(answers)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["NAME", "STATE", "SYSTEMD"]
     assert out[1].split() == ["carme-demo-head", "running", "running"]
@@ -212,7 +212,7 @@ def test_demo_status_all_running(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_status_degraded_missing_and_stopped(capsys: pytest.CaptureFixture[str]) -> None:
     ps = [{"Names": ["carme-demo-head"], "State": "running"}, {"Names": ["carme-demo-node1"], "State": "exited"}]
     runner = FakeRunner({PS: (0, json.dumps(ps), ""), exec_argv("carme-demo-head"): (1, "degraded\n", "")})
-    assert cli.cmd_demo_status(runner) == 3
+    assert commands.cmd_demo_status(runner) == 3
     rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()[1:4]]
     assert rows == [
         ["carme-demo-head", "running", "degraded"],
@@ -223,7 +223,7 @@ def test_demo_status_degraded_missing_and_stopped(capsys: pytest.CaptureFixture[
 
 
 def test_demo_status_without_podman(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.cmd_demo_status(FakeRunner({PS: (127, "", "No such file or directory: 'podman'")})) == 3
+    assert commands.cmd_demo_status(FakeRunner({PS: (127, "", "No such file or directory: 'podman'")})) == 3
     assert "podman ps failed" in capsys.readouterr().err
 
 
@@ -266,7 +266,7 @@ def test_https_port_defaults(tmp_path: Path) -> None:
 
 
 def test_repo_demo_inventory_gives_the_published_port() -> None:
-    repo = Path(cli.__file__).resolve().parents[1]
+    repo = Path(commands.__file__).resolve().parents[1]
     if not (repo / demo.DEMO_INVENTORY).is_file():
         pytest.skip("not a checkout")
     assert demo.https_port(repo / demo.DEMO_INVENTORY) == 8443
@@ -375,12 +375,12 @@ def demo_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path,
         plays.append((state, labels))
         return True
 
-    monkeypatch.setattr(cli, "_demo_nodes", fake_demo_nodes)
+    monkeypatch.setattr(commands, "_demo_nodes", fake_demo_nodes)
     return project, plays
 
 
 def up_args(*extra: str) -> argparse.Namespace:
-    return cli.build_parser().parse_args(["demo", "up", "--no-deploy", *extra])
+    return commands.build_parser().parse_args(["demo", "up", "--no-deploy", *extra])
 
 
 def test_demo_up_refuses_another_checkouts_demo(
@@ -393,7 +393,7 @@ def test_demo_up_refuses_another_checkouts_demo(
     runner = FakeRunner({
         PS: (0, json.dumps([ps_entry("carme-demo-head", "exited", "theirs", str(other))]), ""),
     })  # fmt: skip
-    assert cli.cmd_demo_up(up_args(), runner) == 1
+    assert commands.cmd_demo_up(up_args(), runner) == 1
     assert plays == []
     assert f"another checkout (secrets in {other})" in capsys.readouterr().err
 
@@ -406,7 +406,7 @@ def test_demo_up_replaces_an_orphan_and_labels_its_own(
         PS: (0, json.dumps([ps_entry("carme-demo-head", "running")]), ""),
         ("podman", "exec", "carme-demo-head", "true"): (255, "", "cannot exec in a stopped container"),
     })  # fmt: skip
-    assert cli.cmd_demo_up(up_args(), runner) == 0
+    assert commands.cmd_demo_up(up_args(), runner) == 0
     ident = (project / ".secrets/demo/demo-id").read_text(encoding="utf-8").strip()
     assert plays == [("absent", None), ("present", demo.owner_labels(project / ".secrets/demo", ident))]
     assert "removing the demo of another checkout" in capsys.readouterr().out
@@ -424,7 +424,7 @@ def test_demo_up_recreates_its_own_dead_containers(demo_project: tuple[Path, lis
         ("podman", "rm", "--force", "carme-demo-head"): (0, "carme-demo-head\n", ""),
         ("podman", "rm", "--force", "carme-demo-node1"): (0, "carme-demo-node1\n", ""),
     })  # fmt: skip
-    assert cli.cmd_demo_up(up_args(), runner) == 0
+    assert commands.cmd_demo_up(up_args(), runner) == 0
     assert ["podman", "rm", "--force", "carme-demo-head"] in runner.calls
     assert ["podman", "rm", "--force", "carme-demo-node1"] in runner.calls
     assert [state for state, _labels in plays] == ["present"]
