@@ -257,16 +257,38 @@ def _context_or_log(hook: str, env: Mapping[str, str]) -> JobContext | None:
         return None
 
 
-def run_prolog(env: Mapping[str, str], runner: Runner) -> int:
-    ctx = _context_or_log("prolog", env)
+class _HookStart:
+    """What both hooks know once the job's environment and the runtime config are read."""
+
+    __slots__ = ("cfg", "ctx", "head", "log_dir")
+
+    def __init__(self, ctx: JobContext, cfg: RuntimeConfig, log_dir: str, head: str) -> None:
+        self.ctx = ctx
+        self.cfg = cfg
+        self.log_dir = log_dir
+        self.head = head
+
+
+def _start_hook(hook: str, env: Mapping[str, str], skipped: str) -> _HookStart | None:
+    """The job's context and config, or None after logging why the hook does nothing (a malformed environment or a
+    broken config is logged, never a reason to drain the node)."""
+    ctx = _context_or_log(hook, env)
     if ctx is None:
-        return ExitCode.OK
+        return None
     cfg, cfg_error = _load_config(env)
     log_dir = cfg.log_dir if cfg else env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
-    head = f"prolog job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
+    head = f"{hook} job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
     if cfg is None:
-        write_log(log_dir, str(ctx.job_id), f"{head} config-error {cfg_error}; checks skipped")
+        write_log(log_dir, str(ctx.job_id), f"{head} config-error {cfg_error}; {skipped}")
+        return None
+    return _HookStart(ctx, cfg, log_dir, head)
+
+
+def run_prolog(env: Mapping[str, str], runner: Runner) -> int:
+    start = _start_hook("prolog", env, "checks skipped")
+    if start is None:
         return ExitCode.OK
+    ctx, cfg, log_dir, head = start.ctx, start.cfg, start.log_dir, start.head
     from carme_runtime import gpu
 
     allocated = gpu.allocated_gpus(ctx.gpus_env)
@@ -312,15 +334,10 @@ def run_epilog(
     kill: Callable[[int, int], None] = os.kill,
     proc_root: str = "/proc",
 ) -> int:
-    ctx = _context_or_log("epilog", env)
-    if ctx is None:
+    start = _start_hook("epilog", env, "cleanup skipped")
+    if start is None:
         return ExitCode.OK
-    cfg, cfg_error = _load_config(env)
-    log_dir = cfg.log_dir if cfg else env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
-    head = f"epilog job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
-    if cfg is None:
-        write_log(log_dir, str(ctx.job_id), f"{head} config-error {cfg_error}; cleanup skipped")
-        return ExitCode.OK
+    ctx, cfg, log_dir, head = start.ctx, start.cfg, start.log_dir, start.head
     plan = plan_scratch_removal(cfg.scratch_root, cfg.scratch_pattern, ctx)
     scratch = execute_scratch_plan(plan)
     leftovers = "disabled"
