@@ -14,7 +14,11 @@ DEMO_UP_FLAGS ?=
 
 .PHONY: demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
 
-demo: host venv image wheelhouse ## bring up the embedded demo cluster and deploy site.yml on it
+# Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
+# not each run host-setup (apt's lock), the image check or netcheck again.
+PREPARE = $(if $(CARME_PREPARED),,host venv image wheelhouse)
+
+demo: $(PREPARE) ## bring up the embedded demo cluster and deploy site.yml on it
 	carme demo up $(DEMO_UP_FLAGS)
 
 demo-down: venv
@@ -26,29 +30,33 @@ demo-status: venv
 deploy: venv ## deploy site.yml on the default inventory
 	carme deploy
 
-# Everything CI runs. Molecule runs in the background (its log is printed when it ends) while the demo, the
-# end-to-end tests against it, lint and pytest run in the foreground: Molecule is busy with CPU, the end-to-end tests
-# mostly wait on Slurm and the apps, so they overlap well even on 2 cores. Each step is timed.
-# `make test SERIAL=1`: one after another.
+# Everything CI runs. Three lines of work at once, each timed: Molecule and "lint, then pytest" in the background
+# (logs in .artifacts/, printed at the end), the demo and then the end-to-end tests against it in the foreground.
+# On 2 cores this pays because much of each line is waiting (Slurm's scheduler and accounting, systemd, the apps'
+# start), not CPU. `make test SERIAL=1`: one after another.
 SERIAL ?=
 test:
 	step() { local s=$$(date +%s); $(MAKE) --no-print-directory "$$@"; echo "=== make $$*: $$(( $$(date +%s) - s )) s"; }
 	step host venv image wheelhouse
+	export CARME_PREPARED=1
 	if [ -n "$(SERIAL)" ]; then
 	  step lint unit molecule demo e2e-tests
 	  exit 0
 	fi
 	mkdir -p .artifacts
-	( step molecule > .artifacts/molecule.log 2>&1; echo $$? > .artifacts/molecule.rc ) &
-	echo "=== make molecule: in the background, log in .artifacts/molecule.log"
+	background() { local name=$$1; shift; ( step "$$@" > .artifacts/$$name.log 2>&1; echo $$? > .artifacts/$$name.rc ) & }
+	background molecule molecule
+	background checks lint unit
+	echo "=== make molecule and make lint unit: in the background, logs in .artifacts/{molecule,checks}.log"
 	rc=0
 	step demo || rc=$$?
 	[ $$rc = 0 ] && { step e2e-tests || rc=$$?; }
-	step lint unit || rc=$$?
 	wait
-	echo "=== molecule log"; cat .artifacts/molecule.log
-	[ $$rc = 0 ] || exit $$rc
-	[ "$$(cat .artifacts/molecule.rc)" = 0 ] || { echo "=== molecule failed"; exit 1; }
+	for name in checks molecule; do
+	  echo "=== $$name log"; cat .artifacts/$$name.log
+	  [ "$$(cat .artifacts/$$name.rc)" = 0 ] || { echo "=== $$name failed"; rc=1; }
+	done
+	exit $$rc
 
 # under `make test` (and CI=true) a test whose real component is missing fails instead of skipping
 test: export CARME_REQUIRED = 1
@@ -86,7 +94,7 @@ e2e: demo ## the browser end-to-end tests against the demo (brought up first); a
 e2e-tests: venv ## the browser end-to-end tests against the demo as it is (a missing demo fails)
 	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e
 
-molecule: venv image wheelhouse ## every Molecule scenario, one after another
+molecule: $(PREPARE) ## every Molecule scenario, one after another
 	for s in $(SCENARIOS); do
 	  echo "=== molecule scenario $$s"
 	  flock $(MOLECULE_LOCK) molecule test -s $$s
