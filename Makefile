@@ -36,7 +36,13 @@ deploy: venv ## deploy site.yml on the default inventory
 # start), not CPU. `make test SERIAL=1`: one after another.
 SERIAL ?=
 test:
-	step() { local s=$$(date +%s); $(MAKE) --no-print-directory "$$@"; echo "=== make $$*: $$(( $$(date +%s) - s )) s"; }
+	# step's status is make's: called after || (or in a subshell whose status is kept), bash ignores -e inside it
+	step() {
+	  local s=$$(date +%s) rc=0
+	  $(MAKE) --no-print-directory "$$@" || rc=$$?
+	  echo "=== make $$*: $$(( $$(date +%s) - s )) s, exit $$rc"
+	  return $$rc
+	}
 	step host venv image wheelhouse
 	export CARME_PREPARED=1
 	if [ -n "$(SERIAL)" ]; then
@@ -44,7 +50,10 @@ test:
 	  exit 0
 	fi
 	mkdir -p .artifacts
-	background() { local name=$$1; shift; ( step "$$@" > .artifacts/$$name.log 2>&1; echo $$? > .artifacts/$$name.rc ) & }
+	background() {
+	  local name=$$1; shift
+	  ( rc=0; step "$$@" > .artifacts/$$name.log 2>&1 || rc=$$?; echo $$rc > .artifacts/$$name.rc ) &
+	}
 	background molecule molecule
 	background checks lint unit
 	echo "=== make molecule and make lint unit: in the background, logs in .artifacts/{molecule,checks}.log"
