@@ -17,6 +17,14 @@ Templates may use only these placeholders: ``{port} {host} {secret} {base_url} {
   behind the session front (:mod:`carme_runtime.front`), which forwards nothing without the session's front key;
   the portal proxy (owner check) and the front are the gates.
 
+``isolation`` (default ``"netns"`` for ``proxy`` apps, ``"none"`` otherwise):
+
+* ``netns``: ``carme-launch`` starts the app in a private network namespace of the user
+  (:mod:`carme_runtime.netns`), so its ``127.0.0.1:<port>`` exists only there; the front reaches it through a
+  Unix socket in a 0700 directory. Other users on the node can reach neither.
+* ``none``: the app listens on the node's ``127.0.0.1:<port>``, which every local user can connect to; only
+  for apps that check their own token or password.
+
 Rendering refuses an empty or short secret and any argv that turns authentication off
 (``--auth none``, an empty ``token=``/``password=``).
 """
@@ -34,6 +42,7 @@ from pathlib import Path
 
 PLACEHOLDERS = frozenset({"port", "host", "secret", "base_url", "base_path", "workdir", "logdir", "job_id"})
 SECRET_MODES = ("token", "password", "proxy")
+ISOLATIONS = ("netns", "none")
 APP_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
@@ -42,7 +51,7 @@ BUILTIN_APPS_DIR = Path(__file__).parent / "apps"
 SITE_APPS_DIR = Path("/etc/carme/apps.d")
 
 _KNOWN_KEYS = frozenset(
-    {"name", "title", "argv", "env", "secret_mode", "readiness_path", "proxy_base", "secret_header"}
+    {"name", "title", "argv", "env", "secret_mode", "readiness_path", "proxy_base", "secret_header", "isolation"}
 )
 _AUTH_OFF_RE = re.compile(r"(?i)(token|password)=(''|\"\"|)$")
 
@@ -86,6 +95,7 @@ class AppSpec:
     proxy_base: str = "/proxy/{job_id}/"
     secret_header: SecretHeader | None = None
     source: str = "<builtin>"
+    isolation: str = "none"
 
     def base_url(self, job_id: int | str) -> str:
         return self.proxy_base.format(job_id=job_id)
@@ -191,6 +201,13 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         raise AppSpecError(source, "env", "password apps must pass {secret} through env (never argv)")
     if secret_mode == "password" and in_argv:
         raise AppSpecError(source, "argv", "password apps must not put {secret} on the command line")
+    isolation = _require_str(source, data, "isolation", "netns" if secret_mode == "proxy" else "none")
+    if isolation not in ISOLATIONS:
+        raise AppSpecError(source, "isolation", f"must be one of {', '.join(ISOLATIONS)}")
+    if secret_mode == "proxy" and isolation != "netns":
+        raise AppSpecError(
+            source, "isolation", 'proxy apps have no authentication: other users could reach them; use "netns"'
+        )
     readiness = _require_str(source, data, "readiness_path", "/")
     _check_template(source, "readiness_path", readiness)
     if not readiness.startswith(("/", "{base_url}")):
@@ -225,6 +242,7 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         proxy_base=proxy_base,
         secret_header=header,
         source=source,
+        isolation=isolation,
     )
 
 

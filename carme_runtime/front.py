@@ -10,6 +10,8 @@ published in the job comment). The front:
 * forwards any other request only when it carries ``X-Carme-Front: <front key>`` (an HMAC of the job id with
   the session secret, added by nginx from the portal's ``auth_request`` answer) and its path lies under the
   session's base URL; anything else is a 403 (404 for a foreign path), and the app never sees it;
+* reaches the app on ``127.0.0.1:<port>``, or through a Unix socket when the app runs in a private network
+  namespace (``isolation = "netns"``, :mod:`carme_runtime.netns`);
 * forwards one request per connection (``Connection: close`` upstream), except an ``Upgrade`` (websocket),
   whose bytes are then piped both ways untouched.
 
@@ -155,11 +157,13 @@ class Front:
         job_id: int,
         base_path: str,
         head_timeout: float = 30.0,
+        app_unix: str | None = None,
     ) -> None:
         self.sock = sock
         self.port: int = sock.getsockname()[1]
         self.app_host = app_host
         self.app_port = app_port
+        self.app_unix = app_unix
         self.job_id = job_id
         self.base_path = base_path.rstrip("/")
         self.head_timeout = head_timeout
@@ -236,9 +240,11 @@ class Front:
             await writer.drain()
             return
         try:
-            app_reader, app_writer = await asyncio.wait_for(
-                asyncio.open_connection(self.app_host, self.app_port, limit=_CHUNK), 10
-            )
+            if self.app_unix:
+                opening = asyncio.open_unix_connection(self.app_unix, limit=_CHUNK)
+            else:
+                opening = asyncio.open_connection(self.app_host, self.app_port, limit=_CHUNK)
+            app_reader, app_writer = await asyncio.wait_for(opening, 10)
         except (TimeoutError, OSError):
             writer.write(_reply(502, "Bad Gateway", b"the session app does not answer\n"))
             await writer.drain()
@@ -246,9 +252,9 @@ class Front:
         try:
             app_writer.write(self._upstream_head(method, target, version, fields))
             await app_writer.drain()
-            upload = asyncio.ensure_future(_pump(reader, app_writer))
+            upload = asyncio.ensure_future(pump(reader, app_writer))
             try:
-                await _pump(app_reader, writer)
+                await pump(app_reader, writer)
             finally:
                 upload.cancel()
                 with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
@@ -278,7 +284,7 @@ class Front:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
     """Copy bytes until EOF, then half-close ``dst``."""
     with contextlib.suppress(ConnectionError, OSError):
         while True:

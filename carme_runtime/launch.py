@@ -12,8 +12,12 @@
    (``JUPYTER_TOKEN``, ``PASSWORD``); ``CARME_SESSION_SECRET`` is removed from the app's environment;
 4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, app_port, secret, app, base_url) with mode 0600
    in a 0700 directory, so only the user (and root) can read it;
-5. probes the app's readiness on ``127.0.0.1`` with the secret until ready or timeout, then checks that its
-   own front answers the portal's challenge;
+   Apps with ``isolation = "netns"`` (TensorBoard: no authentication of its own) start in a private network
+   namespace of the user (:mod:`carme_runtime.netns`): their ``127.0.0.1:<port>`` exists only there, and the
+   front reaches them through a Unix socket in a fresh 0700 directory. Without working user namespaces such an
+   app is refused (:attr:`ExitCode.NETNS_UNAVAILABLE`), never started on the node's loopback;
+5. probes the app's readiness on ``127.0.0.1`` (or through that Unix socket) with the secret until ready or
+   timeout, then checks that its own front answers the portal's challenge;
 6. publishes the front with ``scontrol update JobId=<id> Comment=carme:v1;app=..;host=..;port=..;
    state=ready``. The secret is never published: the comment is visible to every user via ``squeue``. The
    comment is only a hint (the user can edit it): the portal proxies to it only after the endpoint proved
@@ -24,12 +28,15 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -44,6 +51,9 @@ from carme_runtime.exit_codes import ExitCode
 from carme_runtime.front import Front
 from carme_runtime.front import bind_front_socket
 from carme_runtime.front import verify_endpoint
+from carme_runtime.netns import SOCKET_NAME
+from carme_runtime.netns import check_userns
+from carme_runtime.netns import namespace_argv
 from carme_runtime.runtimes import ApptainerRuntime
 from carme_runtime.runtimes import BindNotAllowed
 from carme_runtime.runtimes import NoneRuntime
@@ -86,11 +96,34 @@ def popen_spawn(argv: list[str], env: dict[str, str], cwd: str) -> Process:
     return subprocess.Popen(argv, env=env, cwd=cwd)
 
 
-def probe_http(host: str, port: int, path: str, headers: Mapping[str, str], timeout: float) -> int | None:
-    """One HTTP GET; the status code, or ``None`` when nothing answers. Redirects are not followed."""
-    import http.client
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the Unix socket of an ``isolation = "netns"`` app."""
 
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def probe_http(host: str, port: int, path: str, headers: Mapping[str, str], timeout: float) -> int | None:
+    """One HTTP GET; the status code, or ``None`` when nothing answers. Redirects are not followed.
+
+    A ``host`` starting with ``/`` is a Unix socket path (``port`` is then ignored).
+    """
+    conn = (
+        UnixHTTPConnection(host, timeout)
+        if host.startswith("/")
+        else http.client.HTTPConnection(host, port, timeout=timeout)
+    )
     try:
         conn.request("GET", path, headers=dict(headers))
         resp = conn.getresponse()
@@ -127,9 +160,11 @@ def pick_free_port(host: str) -> int:
 
 
 def connection_info(
-    app: AppSpec, job_id: int, host: str, port: int, secret: str, app_port: int | None = None
+    app: AppSpec, job_id: int, host: str, port: int, secret: str, app_port: int | None = None, app_socket: str = ""
 ) -> dict[str, object]:
     return {
+        "app_socket": app_socket,
+        "isolation": app.isolation,
         "job_id": job_id,
         "app": app.name,
         "host": host,
@@ -181,7 +216,8 @@ def publish_argv(job_id: int, comment: str) -> list[str]:
 class LaunchPlan:
     """Everything decided before the app starts (pure: built by :func:`plan_launch`).
 
-    ``host``/``port``: where the app listens (``127.0.0.1``); ``public_host``: where the front listens.
+    ``host``/``port``: where the app listens (``127.0.0.1``); ``public_host``: where the front listens;
+    ``app_socket``: the Unix socket that leads to the app when it runs in its own network namespace.
     """
 
     job_id: int
@@ -195,6 +231,7 @@ class LaunchPlan:
     probe_headers: dict[str, str]
     secret: str
     public_host: str = ""
+    app_socket: str = ""
 
 
 def make_runtime(name: str, image: str, config: RuntimeConfig, home: str) -> Runtime:
@@ -215,8 +252,13 @@ def plan_launch(
     port: int,
     scratch: str | None = None,
     public_host: str | None = None,
+    socket_dir: str = "",
+    unshare: str = "unshare",
 ) -> LaunchPlan:
-    """Decide the app's argv and environment from the job environment (no side effects)."""
+    """Decide the app's argv and environment from the job environment (no side effects).
+
+    An ``isolation = "netns"`` app needs ``socket_dir`` (a 0700 directory of the user) for its Unix socket.
+    """
     job_id_s = env.get("SLURM_JOB_ID", "")
     if not job_id_s.isdigit():
         raise LaunchError(ExitCode.NOT_IN_JOB, "SLURM_JOB_ID missing: carme-launch runs inside a Slurm job")
@@ -252,6 +294,20 @@ def plan_launch(
         argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
     except (BindNotAllowed, ValueError) as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
+    app_socket = ""
+    if app.isolation == "netns":
+        if not socket_dir:
+            raise LaunchError(ExitCode.NETNS_UNAVAILABLE, f"{app.name} needs a socket directory (isolation = netns)")
+        app_socket = os.path.join(socket_dir, SOCKET_NAME)
+        argv = namespace_argv(
+            argv,
+            socket_path=app_socket,
+            port=port,
+            uid=os.getuid(),
+            gid=os.getgid(),
+            unshare=unshare,
+            python=sys.executable,
+        )
     base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
     proc_env = runtime.environment(rendered.env, base)
     return LaunchPlan(
@@ -266,6 +322,7 @@ def plan_launch(
         probe_headers=app.proxy_headers(secret),
         secret=secret,
         public_host=public_host or host,
+        app_socket=app_socket,
     )
 
 
@@ -301,6 +358,7 @@ def run_launch(
         secret=plan.secret,
         job_id=plan.job_id,
         base_path=plan.app.base_url(plan.job_id),
+        app_unix=plan.app_socket or None,
     ).start()
     try:
         return _run_app(
@@ -334,7 +392,9 @@ def _run_app(
     install_signals: bool,
     say: Callable[[str], None],
 ) -> int:
-    info = connection_info(plan.app, plan.job_id, public, front.port, plan.secret, app_port=plan.port)
+    info = connection_info(
+        plan.app, plan.job_id, public, front.port, plan.secret, app_port=plan.port, app_socket=plan.app_socket
+    )
     path = write_connection_file(home, plan.job_id, info)
     say(f"connection details in {path}")
     try:
@@ -358,7 +418,8 @@ def _run_app(
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 break
-            if is_ready_status(probe(plan.host, plan.port, plan.readiness_path, plan.probe_headers, 5.0)):
+            upstream = plan.app_socket or plan.host
+            if is_ready_status(probe(upstream, plan.port, plan.readiness_path, plan.probe_headers, 5.0)):
                 ready = verify_endpoint(public, front.port, plan.job_id, plan.secret, 5.0)
                 if not ready:
                     say(f"the session front on {public}:{front.port} does not answer its challenge")
@@ -381,7 +442,8 @@ def _run_app(
         prc, _out, err = runner(publish_argv(plan.job_id, published_comment(plan.app, public, front.port, "ready")))
         if prc != 0:
             say(f"could not publish the session in the job comment: {err.strip()[:200]}")
-        say(f"{plan.app.name} ready on {plan.host}:{plan.port}, behind the front on {public}:{front.port}")
+        where = f"{plan.app_socket} (own network namespace)" if plan.app_socket else f"{plan.host}:{plan.port}"
+        say(f"{plan.app.name} ready on {where}, behind the front on {public}:{front.port}")
         return _exit_code(child.wait())
     finally:
         for restored, handler in previous.items():
@@ -402,6 +464,7 @@ def launch_from_env(
 ) -> int:
     say = log or (lambda msg: print(f"carme-launch: {msg}", file=sys.stderr, flush=True))
     home = home or env.get("HOME") or os.path.expanduser("~")
+    socket_dir = ""
     try:
         host = node_address(config.bind_address)
         port = pick_free_port(APP_HOST)
@@ -409,25 +472,83 @@ def launch_from_env(
         scratch = os.path.join(config.scratch_root, job_id_s) if job_id_s.isdigit() else None
         if scratch and not os.path.isdir(scratch):
             scratch = None
-        plan = plan_launch(env, apps, config, home=home, host=APP_HOST, port=port, scratch=scratch, public_host=host)
+        wanted = apps.get(env.get("CARME_APP", ""))
+        unshare = "unshare"
+        if wanted is not None and wanted.isolation == "netns" and job_id_s.isdigit():
+            unshare = prepare_netns(wanted, env, host, int(job_id_s), runner)
+            socket_dir = make_socket_dir(env, int(job_id_s))
+        plan = plan_launch(
+            env,
+            apps,
+            config,
+            home=home,
+            host=APP_HOST,
+            port=port,
+            scratch=scratch,
+            public_host=host,
+            socket_dir=socket_dir,
+            unshare=unshare,
+        )
     except LaunchError as exc:
         say(str(exc))
+        _remove_socket_dir(socket_dir)
         return exc.code
     except OSError as exc:
         say(f"cannot prepare the session: {exc}")
+        _remove_socket_dir(socket_dir)
         return ExitCode.ERROR
     if host.startswith("127.") and not config.bind_address:
         say(f"warning: the hostname resolves to {host}; set bind_address so the portal can reach the app")
-    return run_launch(
-        plan,
-        home=home,
-        runner=runner,
-        spawn=spawn,
-        probe=probe,
-        ready_timeout=float(config.ready_timeout_s),
-        install_signals=install_signals,
-        log=say,
-    )
+    try:
+        return run_launch(
+            plan,
+            home=home,
+            runner=runner,
+            spawn=spawn,
+            probe=probe,
+            ready_timeout=float(config.ready_timeout_s),
+            install_signals=install_signals,
+            log=say,
+        )
+    finally:
+        _remove_socket_dir(socket_dir)
+
+
+#: longest Unix socket path (``sun_path`` is 108 bytes with its NUL)
+MAX_SOCKET_PATH = 107
+
+
+def make_socket_dir(env: Mapping[str, str], job_id: int) -> str:
+    """A fresh directory (mode 0700, random name, so no other user can pre-create or enter it) for the app's
+    Unix socket: in ``$TMPDIR`` when the socket path fits there, else in ``/tmp``."""
+    for parent in (env.get("TMPDIR", ""), "/tmp"):
+        if parent and os.path.isdir(parent) and len(parent) + 40 <= MAX_SOCKET_PATH:
+            return tempfile.mkdtemp(prefix=f"carme-{job_id}-", dir=parent)
+    raise LaunchError(ExitCode.ERROR, "no directory for the app's Unix socket ($TMPDIR and /tmp unusable)")
+
+
+def _remove_socket_dir(path: str) -> None:
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def prepare_netns(app: AppSpec, env: Mapping[str, str], public: str, job_id: int, runner: Runner) -> str:
+    """The ``unshare`` to use for an ``isolation = "netns"`` app, after checking that it can make the namespaces.
+
+    Raises :class:`LaunchError` (``NETNS_UNAVAILABLE``) and publishes ``state=failed`` otherwise: such an app
+    is never started on the node's loopback instead.
+    """
+    found = shutil.which("unshare", path=env.get("PATH", "/usr/bin:/bin"))
+    problem = "unshare (util-linux) not found in PATH" if found is None else check_userns(found, dict(env))
+    if found is None or problem is not None:
+        runner(publish_argv(job_id, published_comment(app, public, 0, "failed")))
+        raise LaunchError(
+            ExitCode.NETNS_UNAVAILABLE,
+            f"{app.name} runs only in a private network namespace (isolation = netns), and this node cannot make "
+            f"one as this user: {problem}. Unprivileged user namespaces must be enabled "
+            "(user.max_user_namespaces > 0; kernel.unprivileged_userns_clone = 1 where it exists).",
+        )
+    return found
 
 
 def main_argv_env(argv: Sequence[str], env: Mapping[str, str]) -> int:
