@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -184,8 +185,19 @@ class UpgradeApp:
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
+    def close(self) -> None:
+        """Wake the accept() (shutdown does, close alone does not) and wait for the thread: left blocked, a signal
+        later made it retry accept() on a descriptor number that another test had reused (ENOTSOCK)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(timeout=10)
+
     def _serve(self) -> None:
-        conn, _ = self.sock.accept()
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return  # closed before any connection came
         with conn:
             data = b""
             while b"\r\n\r\n" not in data:
@@ -224,7 +236,7 @@ def test_upgrade_bytes_pass_through_both_ways() -> None:
         assert "connection: upgrade" in head and "x-carme-front" not in head
     finally:
         f.stop()
-        app.sock.close()
+        app.close()
 
 
 def test_upgrade_without_key_is_refused() -> None:
@@ -238,4 +250,4 @@ def test_upgrade_without_key_is_refused() -> None:
         assert app.heads == []
     finally:
         f.stop()
-        app.sock.close()
+        app.close()
