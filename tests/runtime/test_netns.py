@@ -26,6 +26,7 @@ from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
 from carme_runtime.exit_codes import ExitCode
+from tests.fixtures.net import QuietHandler
 
 SECRET = "netns-secret-" + "z" * 40
 FIXTURE_BIN = Path(__file__).parent / "data" / "netns-bin"
@@ -102,16 +103,9 @@ def test_socket_dir_is_private_and_fresh(tmp_path: Path) -> None:
     assert launch.make_socket_dir({"TMPDIR": "/" + "x" * 100}, 7).startswith("/tmp/carme-7-")
 
 
-class Echo(http.server.BaseHTTPRequestHandler):
+class Echo(QuietHandler):
     def do_GET(self) -> None:
-        body = f"{self.path} {self.headers.get(front.FRONT_HEADER)}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.send_body(200, f"{self.path} {self.headers.get(front.FRONT_HEADER)}".encode())
 
 
 class UnixHTTPServer(http.server.ThreadingHTTPServer):

@@ -18,6 +18,7 @@ import pytest
 from flask import Flask
 
 from carme_runtime import front
+from tests.fixtures.net import QuietHandler
 from webui.caches import TTLMap
 from webui.cluster_state import Endpoint
 from webui.cluster_state import Node
@@ -56,16 +57,9 @@ class VerifyingScheduler(FakeScheduler):
         return self.real.verify_endpoint(endpoint, job_id, secret)
 
 
-class ContentHandler(http.server.BaseHTTPRequestHandler):
+class ContentHandler(QuietHandler):
     def do_GET(self) -> None:
-        body = f"content of {self.server.owner}".encode()  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.send_body(200, f"content of {self.server.owner}".encode())  # type: ignore[attr-defined]
 
 
 class Session:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from flask import Flask
 
 from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.slurm_formats import count_gpus
+from tests.fixtures.net import QuietHandler
 from tests.fixtures.net import serve_http
 from webui.caches import StateCache
 from webui.cluster_state import ClusterState
@@ -152,23 +152,15 @@ def test_connection_refused_is_slurm_unavailable(tmp_path: Path) -> None:
     assert client.queries == 1
 
 
-class FakeSlurmrestd(BaseHTTPRequestHandler):
+class FakeSlurmrestd(QuietHandler):
     """Answers like slurmrestd v0.0.38 and checks the JWT like auth/jwt would."""
 
     jobs: ClassVar[list[dict[str, Any]]] = []
     hits: ClassVar[list[tuple[str, str, str]]] = []
     status_override: ClassVar[int | None] = None
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
     def _send(self, status: int, doc: dict[str, Any]) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(status, json.dumps(doc).encode(), "application/json")
 
     def _handle(self) -> None:
         user = self.headers.get("X-SLURM-USER-NAME", "")
