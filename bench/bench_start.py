@@ -3,8 +3,9 @@
 node with the app installed), on the running demo cluster, next to the floor measured on the same cluster.
 
 * **portal**: headless chromium (Playwright, Debian's chromium) logged in as alice fills the start form (JupyterLab,
-  1 GPU) and clicks Start. From the click on, the same browser context polls ``GET /proxy/<job>/lab`` every 100 ms
-  through nginx (``auth_request`` owner check, the session secret added by the proxy) until it answers 200, and
+  1 GPU) and clicks Start. From the click on, the same browser context polls the session's Connect link every
+  100 ms (``GET /sessions/<job>/connect``; once the session is ready, its one-time ticket is followed to the apps'
+  origin, ``/proxy/<job>/lab``, through nginx's ``auth_request`` owner check) until JupyterLab answers 200, and
   ``/api/sessions`` until the portal offers Connect (its own readiness check). The session is then stopped through
   the API and the next run waits until ``squeue`` is empty (idle nodes).
 * **floor**: on the head, ``sbatch`` as alice of a bare ``jupyter lab`` from the same environment
@@ -38,6 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.fixtures.demo import APPS  # noqa: E402
 from tests.fixtures.demo import BASE  # noqa: E402
 from tests.fixtures.demo import CHROMIUM  # noqa: E402
 from tests.fixtures.demo import CHROMIUM_ARGS  # noqa: E402
@@ -133,10 +135,16 @@ def portal_run(page: Any) -> dict[str, Any]:
     try:
         while time.perf_counter() - t0 < RUN_TIMEOUT_S:
             polls += 1
-            response = api.get(f"{BASE}/proxy/{job_id}/lab", max_redirects=0)
+            # What the Connect button does: the portal checks owner and readiness and hands a one-time ticket to
+            # the apps' origin, which sets the session's apps cookie and opens the app (JupyterLab: /lab).
+            response = api.get(f"{BASE}/sessions/{job_id}/connect", max_redirects=0)
             last = response.status
-            if last == 200:
-                t_200 = time.perf_counter() - t0
+            where = response.headers.get("location", "")
+            if last == 302 and where.startswith(f"{APPS}/"):
+                final = api.get(where)
+                last = final.status
+                if last == 200 and final.url.startswith(f"{APPS}/proxy/{job_id}/"):
+                    t_200 = time.perf_counter() - t0
             if t_connect is None and (polls % 3 == 0 or t_200 is not None):
                 sessions = api.get(f"{BASE}/api/sessions").json()["sessions"]
                 if any(s["job_id"] == job_id and s["connect_url"] for s in sessions):
@@ -209,7 +217,7 @@ def main() -> int:
             "app": f"JupyterLab from {JUPYTER_ENV} (runtime none), 1 GPU, partition interactive",
             "poll_interval_s": POLL_S,
             "portal_path": "chromium click -> POST /sessions/new -> sbatch via slurmrestd -> launcher -> "
-            "GET /proxy/<job>/lab via nginx auth_request",
+            "GET /sessions/<job>/connect -> ticket -> apps origin /proxy/<job>/lab via nginx auth_request",
             "floor_path": "sbatch --wrap 'jupyter lab' on the head, GET http://<node>:<port>/lab directly",
         },
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},

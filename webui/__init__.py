@@ -51,6 +51,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         hops = int(app.config["PROXY_FIX_HOPS"])
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)  # type: ignore[method-assign]
     app.session_interface = SlidingSessionInterface()
+    register_fetch_metadata_policy(app)
     register_extensions(app)
     register_blueprints(app)
     register_security_headers(app)
@@ -95,6 +96,28 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(api_bp)
 
 
+def register_fetch_metadata_policy(app: Flask) -> None:
+    """Registered before CSRFProtect, so that a cross-site request is refused as such, not as a CSRF failure."""
+    if app.config.get("FETCH_METADATA_POLICY", True):
+
+        @app.before_request
+        def _fetch_metadata() -> Any:
+            # Browsers say where a request comes from (Sec-Fetch-Site). Another site, or the same site on another
+            # origin (the apps' origin: a user's own app), may only navigate to the portal, never call it. The
+            # endpoints nginx reaches for the apps' origin are exempt; clients that send no such header (curl,
+            # monitoring) are not browsers, and CSRF tokens still hold for them.
+            site = request.headers.get("Sec-Fetch-Site", "")
+            if site in ("", "same-origin", "none") or request.endpoint in _FETCH_METADATA_EXEMPT:
+                return None
+            navigate = request.headers.get("Sec-Fetch-Mode") == "navigate" and request.method in ("GET", "HEAD")
+            if navigate and request.headers.get("Sec-Fetch-Dest", "document") == "document":
+                return None
+            message = "Cross-site request refused: the portal answers only its own pages."
+            if _wants_json():
+                return jsonify(error=message), 403
+            return render_template("error.html", code=403, message=message), 403
+
+
 def register_security_headers(app: Flask) -> None:
     # Built once from the settings (they do not change after create_app), added to every response.
     headers = [
@@ -116,6 +139,9 @@ def register_security_headers(app: Flask) -> None:
         if resp.mimetype == "text/html" or request.blueprint in ("auth", "api"):
             h.setdefault("Cache-Control", "no-store")
         return resp
+
+
+_FETCH_METADATA_EXEMPT = frozenset({"api.proxy_auth", "api.app_enter", "api.health", "static"})
 
 
 def _wants_json() -> bool:

@@ -89,6 +89,19 @@ class Login(Base):
     source: Mapped[str] = mapped_column(String(64), nullable=False, default="")
 
 
+class AppTicket(Base):
+    """A one-time pass from the portal's Connect link to the apps' origin (``webui.app_origin``): the key is the
+    SHA-256 of the random ticket, the row is deleted when the ticket is used, and it is void after
+    APP_TICKET_SECONDS."""
+
+    __tablename__ = "app_ticket"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    login_id: Mapped[str] = mapped_column(String(64), nullable=False)  # Login.id of the login that asked for it
+    job_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, index=True)
+
+
 class LoginAttempt(Base):
     """A failed password or TOTP attempt (``ok`` False) or the latest full login (``ok`` True) of a user from one
     client address. Failures are counted per (user, address) and per user; see ``webui.security``."""
@@ -175,6 +188,7 @@ class AuditLog(Base):
 
 
 __all__ = [
+    "AppTicket",
     "AuditLog",
     "Base",
     "ImageCatalog",

@@ -94,7 +94,7 @@ def client_address() -> str:
 # again every LOGIN_RECHECK_SECONDS, so removing someone from the admin group takes effect within that time.
 
 
-def _login_key(token: str) -> str:
+def login_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -105,7 +105,7 @@ def start_login(user: User, *, is_admin: bool) -> str:
     db.session.execute(delete(Login).where(Login.expires_at < now))  # expired logins of anyone, cheap (indexed)
     db.session.add(
         Login(
-            id=_login_key(token),
+            id=login_key(token),
             username=user.username,
             session_version=user.session_version,
             is_admin=is_admin,
@@ -122,7 +122,7 @@ def end_login() -> None:
     """Revoke the login of this request's cookie (if any); the caller commits."""
     token = session.get("login")
     if isinstance(token, str):
-        db.session.execute(delete(Login).where(Login.id == _login_key(token)))
+        db.session.execute(delete(Login).where(Login.id == login_key(token)))
     g.carme_user = None
 
 
@@ -150,19 +150,29 @@ def current_user() -> CurrentUser | None:
     result: CurrentUser | None = None
     token = session.get("login")
     if isinstance(token, str) and len(token) <= 128:
-        key = _login_key(token)
-        row = db.session.execute(_LOGIN_STATE, {"key": key}).one_or_none()
-        now = utcnow()
-        if row is not None and row.session_version == row.user_version and row.expires_at > now:
-            is_admin: bool | None = row.is_admin
-            if (now - row.checked_at).total_seconds() >= float(current_app.config["LOGIN_RECHECK_SECONDS"]):
-                is_admin = _recheck(key, row.username, now)
-            if is_admin is not None:
-                result = CurrentUser(username=row.username, is_admin=is_admin)
+        result = user_of_login(login_key(token))
     if result is None and session.get("login") is not None:
         session.clear()
     g.carme_user = result
     return result
+
+
+def login_key_of_request() -> str | None:
+    """The key (SHA-256) of the login this request's portal cookie carries, or None."""
+    token = session.get("login")
+    return login_key(token) if isinstance(token, str) and len(token) <= 128 else None
+
+
+def user_of_login(key: str) -> CurrentUser | None:
+    """Who the login with this key is, if it is still valid (not revoked, not expired, TOTP not reset)."""
+    row = db.session.execute(_LOGIN_STATE, {"key": key}).one_or_none()
+    now = utcnow()
+    if row is None or row.session_version != row.user_version or row.expires_at <= now:
+        return None
+    is_admin: bool | None = row.is_admin
+    if (now - row.checked_at).total_seconds() >= float(current_app.config["LOGIN_RECHECK_SECONDS"]):
+        is_admin = _recheck(key, row.username, now)
+    return None if is_admin is None else CurrentUser(username=row.username, is_admin=is_admin)
 
 
 def _recheck(key: str, username: str, now: dt.datetime) -> bool | None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
-import json
 import secrets
 import time
 from collections.abc import Callable
@@ -16,7 +14,6 @@ from typing import TypeVar
 
 from flask import abort
 from flask import current_app
-from flask import session
 from sqlalchemy import Row
 from sqlalchemy import bindparam
 from sqlalchemy import select
@@ -41,7 +38,6 @@ from webui.models import utcnow
 from webui.scheduler import Scheduler
 from webui.security import CurrentUser
 from webui.security import audit
-from webui.security import current_user
 from webui.session_spec import SessionInvalid
 from webui.session_spec import SessionSpec
 from webui.session_spec import load_apps
@@ -466,7 +462,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "seconds_left": job.seconds_left(now),
                 "nodes": list(job.nodes),
                 "ready": ready,
-                "connect_url": proxy_path(ps.job_id) if ready else None,
+                "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
                 # Password apps (code-server) ask the owner for the session password at first connect.
                 "password": ps.secret if ready and spec is not None and spec.secret_mode == "password" else None,
             }
@@ -520,24 +516,16 @@ def _auth_cache() -> TTLMap:
     return cache
 
 
-def _cookie_identity() -> str | None:
-    """A digest of the login the (signed) session cookie carries; None when it carries none."""
-    ident = {k: session.get(k) for k in ("login", "user", "ver") if session.get(k) is not None}
-    if not ident:
-        return None
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+def authorise_proxy(job_id: int, identity: str | None, who: Callable[[], CurrentUser | None]) -> ProxyTarget:
+    """nginx ``auth_request``: the target of /proxy/<job_id>/ for the login ``identity`` (its key; ``who`` reads
+    the user from the database); aborts 401/403/404/503.
 
-
-def authorise_proxy(job_id: int) -> ProxyTarget:
-    """nginx ``auth_request``: the target of /proxy/<job_id>/ for the cookie's user; aborts 401/403/404/503.
-
-    When the portal database is down, a grant this worker confirmed with the database for the same login cookie
-    and job at most ``PROXY_AUTH_CACHE_SECONDS`` ago still authorises (the job must still run, and its endpoint
-    still prove itself); never longer, and never a login or a session the worker has not seen.
+    When the portal database is down, a grant this worker confirmed with the database for the same login and job
+    at most ``PROXY_AUTH_CACHE_SECONDS`` ago still authorises (the job must still run, and its endpoint still prove
+    itself); never longer, and never a login or a session the worker has not seen.
     """
-    identity = _cookie_identity()
     try:
-        user = current_user()
+        user = who() if identity is not None else None
         target, grant = _proxy_target(user, job_id)
     except SQLAlchemyError as exc:
         current_app.logger.warning("proxy-auth for job %s: database error: %s", job_id, exc)

@@ -106,6 +106,15 @@ PROXY_ADMIN_ACCESS = False
 PROXY_PORT_RANGE = (32768, 60999)  # ports the portal challenges and proxies to (carme_runtime.front.PORT_RANGE)
 PROXY_VERIFY_CACHE_SECONDS = 60.0  # how long a front's proof is reused
 PROXY_AUTH_CACHE_SECONDS = 300.0  # database down: a grant confirmed this long ago still authorises; 0 = never
+# The apps' own origin (webui/app_origin.py): "https://host:port" or "https://apps.example.org", served by nginx's
+# apps server block. Empty: apps under /proxy/ on the portal's origin, where a script in an app can call the portal
+# (development only; the carme_webui role always sets it). PORTAL_URL: where the apps' origin sends a browser back.
+APPS_ORIGIN = ""
+PORTAL_URL = ""
+APP_TICKET_SECONDS = 60.0  # how long a Connect ticket may take to reach the apps' origin
+# Refuse requests that browsers mark as cross-site or same-site (Sec-Fetch-Site), except top-level navigations:
+# a page on the apps' origin (same site, other origin) cannot make the user's browser call the portal.
+FETCH_METADATA_POLICY = True
 
 # --- Quota defaults (used until an admin saves a default policy row) -------------
 QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0

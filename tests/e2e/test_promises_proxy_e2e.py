@@ -10,8 +10,10 @@ Against the deployed portal (nginx + gunicorn + MariaDB + slurmrestd, sessions s
   spelling, and no answer carries an ``X-Carme-*`` header (it is nginx's internal ``auth_request`` target only);
 * on alice's node, bob's direct connections to her published port get 403 from her session front, with or
   without a Jupyter token, and her app itself listens on 127.0.0.1 only (not on the node address);
-* where the demo offers TensorBoard (an app without authentication), the same holds for it; that another user on the
-  node can still reach the app's loopback port is the documented residual (xfail).
+* alice's TensorBoard (an app without authentication) answers her through the proxy; bob on the node gets 403
+  from its front, and its own port does not exist in the node's network (it runs in alice's network namespace);
+* the apps are served from their own origin: a script in a page of alice's app can read nothing of the portal's
+  API, finds no portal API on its own origin, and its blind POST to stop her session is refused.
 
 Uses the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo unless ``CARME_E2E_REQUIRED=1``.
 """
@@ -29,12 +31,15 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import connect
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
+from tests.fixtures.demo import proxied
 from tests.fixtures.demo import run
 
 pytestmark = pytest.mark.e2e
@@ -113,6 +118,7 @@ def wait_ready(party: Party, job_id: int) -> None:
 
 
 def publish(party: Party, job_id: int) -> None:
+    connect(party.api, job_id)
     fields = comment_fields(job_id)
     party.job_id, party.node = job_id, node_of(job_id)
     party.host, party.port = fields["host"], int(fields["port"])
@@ -167,7 +173,7 @@ def rewrite_comment(bob: Party, host: str, port: int) -> None:
 
 def status_started(party: Party) -> str | None:
     """The `started` time of the Jupyter server that answers /api/status through the proxy (None: no 200)."""
-    resp = party.api.get(f"{BASE}/proxy/{party.job_id}/api/status", max_redirects=0)
+    resp = party.api.get(proxied(party.job_id, "api/status"), max_redirects=0)
     return str(resp.json().get("started")) if resp.status == 200 else None
 
 
@@ -188,7 +194,7 @@ def assert_reaches_nothing(bob: Party, what: str, own_started: str) -> None:
         time.sleep(1)
     for path in ("api/status", "api/contents", "lab"):
         for _ in range(3):
-            resp = bob.api.get(f"{BASE}/proxy/{bob.job_id}/{path}", max_redirects=0)
+            resp = bob.api.get(proxied(bob.job_id, path), max_redirects=0)
             text = resp.text().lower()
             assert resp.status != 200, f"{what}: /{path} answered 200: {text[:300]}"
             assert resp.status != 502, f"{what}: /{path} reached something that is not an app (502)"
@@ -212,11 +218,11 @@ def test_bobs_comment_pointing_at_alice_or_slurm_reaches_nothing(parties: tuple[
     finally:
         rewrite_comment(bob, *own)
     deadline = time.monotonic() + 30
-    while (status := bob.api.get(f"{BASE}/proxy/{bob.job_id}/api/status", max_redirects=0).status) != 200:
+    while (status := bob.api.get(proxied(bob.job_id, "api/status"), max_redirects=0).status) != 200:
         assert time.monotonic() < deadline, f"bob's session does not answer again after the restore: {status}"
         time.sleep(2)
     # alice's session was never disturbed
-    assert alice.api.get(f"{BASE}/proxy/{alice.job_id}/api/status", max_redirects=0).status == 200
+    assert alice.api.get(proxied(alice.job_id, "api/status"), max_redirects=0).status == 200
 
 
 @pytest.mark.parametrize(
@@ -224,12 +230,14 @@ def test_bobs_comment_pointing_at_alice_or_slurm_reaches_nothing(parties: tuple[
 )
 def test_proxy_auth_is_not_reachable_from_outside(parties: tuple[Party, Party], path: str) -> None:
     alice, _bob = parties
-    resp = alice.api.get(BASE + path, headers={"X-Original-URI": f"/proxy/{alice.job_id}/lab"}, max_redirects=0)
-    assert resp.status == 404, (path, resp.status)
-    assert not [h for h in resp.headers if h.lower().startswith("x-carme-")], resp.headers
-    # and with curl, without any cookie
-    curl = run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", BASE + path])
-    assert curl.stdout.strip() == "404", (path, curl.stdout, curl.stderr)
+    for base in (BASE, APPS):  # neither the portal's origin nor the apps' has it
+        headers = {"X-Original-URI": f"/proxy/{alice.job_id}/lab", "X-Carme-Via": "apps"}
+        resp = alice.api.get(base + path, headers=headers, max_redirects=0)
+        assert resp.status == 404, (base, path, resp.status)
+        assert not [h for h in resp.headers if h.lower().startswith("x-carme-")], resp.headers
+        # and with curl, without any cookie
+        curl = run(["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", base + path])
+        assert curl.stdout.strip() == "404", (base, path, curl.stdout, curl.stderr)
 
 
 def test_bob_on_the_node_is_refused_by_alices_front(parties: tuple[Party, Party]) -> None:
@@ -258,27 +266,98 @@ def tensorboard_offered(party: Party) -> bool:
     return 'value="tensorboard"' in page
 
 
-def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, Party]) -> None:
+@pytest.fixture(scope="module")
+def tensorboard(parties: tuple[Party, Party]) -> int:
+    """alice's TensorBoard session (an app without authentication of its own), connected."""
     alice, _bob = parties
-    if not tensorboard_offered(alice):
-        pytest.xfail("the demo installs no TensorBoard yet (issue #11): nothing to test")
-    job = start_session(alice, app="tensorboard")
+    assert tensorboard_offered(alice), "the demo offers no TensorBoard (inventories/demo: carme_webui_images)"
+    job = start_session(alice, app="tensorboard")  # on whichever node has room: bob is a user on every node
     wait_ready(alice, job)
+    connect(alice.api, job)
+    return job
+
+
+def test_tensorboard_is_reachable_only_through_its_front(parties: tuple[Party, Party], tensorboard: int) -> None:
+    alice, bob = parties
+    job = tensorboard
+    resp = alice.api.get(proxied(job), max_redirects=0)
+    assert resp.status == 200 and "tensorboard" in resp.text().lower(), (resp.status, resp.text()[:300])
     fields = comment_fields(job)
-    url = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
-    code = bob_gets(node_of(job), url)
-    assert code.stdout.strip() == "403", code.stdout
-    assert alice.api.get(f"{BASE}/proxy/{job}/", max_redirects=0).status == 200
+    front = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
+    node = node_of(job)
+    for extra in ([], ["X-Carme-Front: 00"]):
+        code = bob_gets(node, front, *extra)
+        assert code.stdout.strip() == "403", (extra, code.stdout, code.stderr)
+    # bob through the portal: no apps cookie for alice's session, and Connect refuses him
+    assert bob.api.get(proxied(job), max_redirects=0).status == 302
+    assert bob.api.get(f"{BASE}/sessions/{job}/connect", max_redirects=0).status == 403
 
 
-@pytest.mark.xfail(reason="residual: the app's 127.0.0.1 port is reachable by other users on the node", strict=False)
-def test_tensorboard_loopback_port_is_not_reachable_by_bob(parties: tuple[Party, Party]) -> None:
-    alice, _bob = parties
-    if not tensorboard_offered(alice):
-        pytest.xfail("the demo installs no TensorBoard yet (issue #11): nothing to test")
-    job = next((j for j in alice.jobs if j != alice.job_id), 0) or start_session(alice, app="tensorboard")
-    wait_ready(alice, job)
+def test_tensorboard_has_no_port_on_the_node_at_all(parties: tuple[Party, Party], tensorboard: int) -> None:
+    """isolation = "netns": TensorBoard's 127.0.0.1:<port> is in alice's own network namespace, not the node's."""
+    _alice, _bob = parties
+    job = tensorboard
     node = node_of(job)
     conn = json.loads(on_node(node, "cat", f"/home/alice/.carme/sessions/{job}.json").stdout)
-    code = bob_gets(node, f"http://127.0.0.1:{conn['app_port']}/proxy/{job}/")
-    assert code.stdout.strip() != "200"
+    app_port = int(conn["app_port"])
+    listening = [line.split()[3] for line in on_node(node, "ss", "-H", "-ltn").stdout.splitlines() if line.split()]
+    assert not [a for a in listening if a.endswith(f":{app_port}")], f"port {app_port} listens on the node: {listening}"
+    for url in (f"http://127.0.0.1:{app_port}/proxy/{job}/", f"http://localhost:{app_port}/proxy/{job}/"):
+        code = bob_gets(node, url)
+        assert code.stdout.strip() != "200" and code.returncode != 0, (url, code.stdout, code.stderr)
+        assert "refused" in code.stderr.lower(), code.stderr
+    # TensorBoard itself runs as alice, in a network namespace other than the node's
+    pids = on_node(node, "pgrep", "-u", "alice", "-f", "tensorboard").stdout.split()
+    assert pids, "no TensorBoard process of alice's on the node"
+    node_ns = on_node(node, "readlink", "/proc/1/ns/net").stdout.strip()
+    app_ns = {on_node(node, "readlink", f"/proc/{pid}/ns/net").stdout.strip() for pid in pids}
+    assert node_ns not in app_ns, (node_ns, app_ns)
+
+
+# What a page of alice's own app (a notebook output, an extension, a TensorBoard plugin) could try with the browser:
+# read the portal's API with alice's cookie, stop one of her sessions, find the cookie.
+APP_PAGE_SCRIPT = """async ([portal, job]) => {
+  const out = {};
+  const read = async (url) => {
+    try { const r = await fetch(url, {credentials: "include"}); return "status " + r.status; }
+    catch (e) { return "blocked"; }
+  };
+  out.sessions = await read(portal + "/api/sessions");
+  out.csrf = await read(portal + "/api/csrf-token");
+  out.local_sessions = await read("/api/sessions");
+  out.local_csrf = await read("/api/csrf-token");
+  try {
+    const stop = await fetch(portal + "/api/sessions/" + job + "/stop",
+                             {method: "POST", credentials: "include", mode: "no-cors"});
+    out.stop = stop.type;
+  } catch (e) { out.stop = "error " + e.message; }
+  out.csp = document.querySelector("meta[http-equiv=Content-Security-Policy]") ? "meta" : "none";
+  out.cookie = document.cookie;
+  out.origin = location.origin;
+  return out;
+}"""
+
+
+def test_a_script_in_alices_app_cannot_call_the_portal(parties: tuple[Party, Party]) -> None:
+    alice, _bob = parties
+    page = alice.page.context.new_page()
+    try:
+        # JupyterLab's own page (an HTML page whose CSP does not restrict connect-src; Jupyter's API answers carry
+        # "default-src 'none'", which would block every fetch for a reason that is not the one under test)
+        loaded = page.goto(proxied(alice.job_id, "lab"), wait_until="domcontentloaded")
+        assert loaded is not None and loaded.status == 200, loaded and loaded.status
+        csp = loaded.headers.get("content-security-policy", "")
+        assert "connect-src" not in csp and "default-src" not in csp, csp
+        out = page.evaluate(APP_PAGE_SCRIPT, [BASE, alice.job_id])
+    finally:
+        page.close()
+    assert out["origin"] == APPS and APPS != BASE, out
+    assert out["sessions"] == "blocked" and out["csrf"] == "blocked", out  # another origin: nothing readable
+    assert out["local_sessions"] == "status 404" and out["local_csrf"] == "status 404", out  # no portal API here
+    assert out["stop"] == "opaque", out
+    assert "carme_session" not in out["cookie"] and "carme_app" not in out["cookie"], out
+    # the blind POST changed nothing: the portal refused it (Sec-Fetch-Site: same-site), the session still runs
+    log = on_head("grep", "-h", f"POST /api/sessions/{alice.job_id}/stop", "/var/log/nginx/access.log").stdout
+    assert log.strip() and '" 403 ' in log.strip().splitlines()[-1], log[-500:]
+    assert on_head("squeue", "--noheader", "--jobs", str(alice.job_id)).stdout.strip(), "alice's session was stopped"
+    assert alice.api.get(proxied(alice.job_id, "api/status"), max_redirects=0).status == 200

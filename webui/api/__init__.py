@@ -23,11 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from carme_runtime.front import FRONT_HEADER
+from webui import app_origin
 from webui import session_service
 from webui.extensions import db
 from webui.models import User
 from webui.security import current_user
+from webui.security import login_key_of_request
 from webui.security import login_required
+from webui.security import user_of_login
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -106,21 +109,63 @@ def cluster() -> Any:
 
 @bp.route("/proxy-auth")
 def proxy_auth() -> Response:
-    """nginx ``auth_request`` target: may the cookie's user reach /proxy/<job_id>/...?
+    """nginx ``auth_request`` target: may this request's login reach /proxy/<job_id>/...?
 
-    nginx reaches it only through its ``internal`` location; from outside, ``/api/proxy-auth`` is a 404 there.
+    nginx reaches it only through its ``internal`` locations; from outside, ``/api/proxy-auth`` is a 404 there.
+    With ``APPS_ORIGIN`` set, only the apps' server block asks (``X-Carme-Via: apps``) and the login is the one the
+    session's apps cookie names (``webui.app_origin``); the portal's own cookie authorises nothing there.
     """
     uri = request.headers.get("X-Original-URI", "")
     match = PROXY_URI.match(uri)
     path = unquote(uri.split("?", 1)[0])
     if match is None or any(seg in (".", "..") for seg in path.split("/")) or "\\" in path:
         abort(404)
-    target = session_service.authorise_proxy(int(match.group(1)))
+    job_id = int(match.group(1))
+    if app_origin.enabled():
+        if request.headers.get(app_origin.VIA_HEADER) != "apps":
+            abort(404)
+        key = app_origin.login_of_cookie(job_id)
+        target = session_service.authorise_proxy(job_id, key, lambda: user_of_login(key) if key else None)
+    else:
+        target = session_service.authorise_proxy(job_id, login_key_of_request(), current_user)
     resp = Response(status=200)
     # Only what nginx uses (never the session secret itself): the proven endpoint of the session's front,
     # the front's key, and the app's own Authorization value ("" removes the client's own).
     resp.headers["X-Carme-Upstream"] = f"{target.endpoint.host}:{target.endpoint.port}"
     resp.headers["X-Carme-Front"] = target.headers.get(FRONT_HEADER, "")
     resp.headers["X-Carme-Authorization"] = target.headers.get("Authorization", "")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+@bp.route("/app-enter")
+def app_enter() -> Response:
+    """``<APPS_ORIGIN>/.carme/enter``: trade a Connect ticket for the session's apps cookie, then open the app.
+
+    nginx passes only the apps' origin here (the portal's own server block answers 404 for this path).
+    """
+    if not app_origin.enabled() or request.headers.get(app_origin.VIA_HEADER) != "apps":
+        abort(404)
+    raw_job = request.args.get("job", "")
+    if not raw_job.isdigit() or len(raw_job) > 12:
+        abort(400, description="job: not a job id")
+    job_id = int(raw_job)
+    login_id = app_origin.redeem_ticket(request.args.get("ticket", ""), job_id)
+    if login_id is None:
+        # Used, expired or forged: back to the portal, whose Connect link issues a fresh one after its checks.
+        return redirect_to_portal(f"/sessions/{job_id}/connect")
+    resp = Response(status=302)
+    resp.headers["Location"] = app_origin.cookie_path(job_id)
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    resp.set_cookie(
+        app_origin.COOKIE_NAME, app_origin.cookie_value(login_id, job_id), **app_origin.cookie_kwargs(job_id)
+    )
+    return resp
+
+
+def redirect_to_portal(path: str) -> Response:
+    resp = Response(status=302)
+    resp.headers["Location"] = str(current_app.config.get("PORTAL_URL") or "").rstrip("/") + path
     resp.headers["Cache-Control"] = "no-store"
     return resp

@@ -13,9 +13,12 @@ from flask import request
 from flask import url_for
 from werkzeug.wrappers import Response
 
+from webui import app_origin
 from webui import session_service
+from webui.extensions import db
 from webui.forms import FieldError
 from webui.security import current_user
+from webui.security import login_key_of_request
 from webui.security import login_required
 from webui.slurmrestd import SlurmError
 
@@ -98,4 +101,13 @@ def connect(job_id: str) -> Response:
     if not views or not views[0]["ready"]:
         flash(f"Session {jid} is not ready yet.")
         return redirect(url_for("dashboard.index"))
-    return redirect(session_service.proxy_path(jid))
+    if not app_origin.enabled():
+        return redirect(session_service.proxy_path(jid))
+    # To the apps' own origin, with a one-time ticket that becomes the session's apps cookie there (webui.app_origin).
+    key = login_key_of_request()
+    assert key is not None  # login_required: the cookie carries a valid login
+    ticket = app_origin.issue_ticket(key, jid)
+    db.session.commit()
+    resp = redirect(app_origin.enter_url(jid, ticket))
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
