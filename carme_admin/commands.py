@@ -215,7 +215,7 @@ def cmd_demo_up(args: argparse.Namespace, runner: demo.CmdRunner = demo.run_cmd)
         if not _play(out, site):
             out.stream.write("carme: deploying site.yml on the demo nodes failed (see above)\n")
             return out.done(ExitCode.ERROR)
-    hints = demo.login_hints(demo.https_port(inventory))
+    hints = demo.login_hints(demo.https_port(inventory), demo.apps_port(inventory))
     if args.no_deploy:
         hints[0] = "The demo nodes exist; deploy them with: carme deploy"
     out.stream.write("\n" + "\n".join(hints) + "\n")

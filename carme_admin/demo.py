@@ -23,6 +23,7 @@ DEMO_NODES = ("carme-demo-head", "carme-demo-node1", "carme-demo-node2")
 HEAD = "carme-demo-head"
 DEFAULT_IMAGE = "localhost/carme-node:debian12"
 DEFAULT_HTTPS_PORT = 8443
+DEFAULT_APPS_PORT = 8444
 SECRETS_DIR = ".secrets/demo/"
 DEMO_ID_FILE = "demo-id"
 WHEELHOUSE = ".cache/wheelhouse"  # scripts/wheelhouse.sh links it; the demo inventory mounts it into every node
@@ -88,6 +89,13 @@ def https_port(inventory: Path) -> int:
     return DEFAULT_HTTPS_PORT
 
 
+def apps_port(inventory: Path) -> int:
+    value = inventory_var(inventory, "demo_nodes_apps_port")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return DEFAULT_APPS_PORT
+
+
 def node_image(inventory: Path) -> str:
     value = inventory_var(inventory, "demo_nodes_image")
     return value if isinstance(value, str) and value and "{{" not in value else DEFAULT_IMAGE
@@ -113,10 +121,11 @@ def preflight(
     return ""
 
 
-def login_hints(port: int) -> list[str]:
+def login_hints(port: int, apps_port: int = DEFAULT_APPS_PORT) -> list[str]:
     return [
         "The demo cluster is up.",
-        f"  Portal:   https://localhost:{port}/   (certificate signed by the demo CA in {SECRETS_DIR}ldap-ca/)",
+        f"  Portal:   https://127.0.0.1:{port}/   (certificate signed by the demo CA in {SECRETS_DIR}ldap-ca/)",
+        f"  Apps:     https://127.0.0.1:{apps_port}/  (sessions open here: an origin of their own)",
         f"  Log in:   alice, bob (users) or carol (admin); initial passwords in {SECRETS_DIR}initial-passwords/<user>;",
         "            the first login enrols TOTP (scan the QR code or type the key into an authenticator app)",
         f"  Shell:    podman exec -it {HEAD} bash",

@@ -17,6 +17,9 @@ Templates may use only these placeholders: ``{port} {host} {secret} {base_url} {
   behind the session front (:mod:`carme_runtime.front`), which forwards nothing without the session's front key;
   the portal proxy (owner check) and the front are the gates.
 
+``strip_prefix`` (default false): the app serves at ``/`` and cannot be told a base path (code-server): the session
+front removes ``proxy_base`` from each request path before passing it on, and ``readiness_path`` is the app's own.
+
 ``isolation`` (default ``"netns"`` for ``proxy`` apps, ``"none"`` otherwise):
 
 * ``netns``: ``carme-launch`` starts the app in a private network namespace of the user
@@ -51,7 +54,18 @@ BUILTIN_APPS_DIR = Path(__file__).parent / "apps"
 SITE_APPS_DIR = Path("/etc/carme/apps.d")
 
 _KNOWN_KEYS = frozenset(
-    {"name", "title", "argv", "env", "secret_mode", "readiness_path", "proxy_base", "secret_header", "isolation"}
+    {
+        "name",
+        "title",
+        "argv",
+        "env",
+        "secret_mode",
+        "readiness_path",
+        "proxy_base",
+        "secret_header",
+        "isolation",
+        "strip_prefix",
+    }
 )
 _AUTH_OFF_RE = re.compile(r"(?i)(token|password)=(''|\"\"|)$")
 
@@ -96,6 +110,7 @@ class AppSpec:
     secret_header: SecretHeader | None = None
     source: str = "<builtin>"
     isolation: str = "none"
+    strip_prefix: bool = False
 
     def base_url(self, job_id: int | str) -> str:
         return self.proxy_base.format(job_id=job_id)
@@ -208,6 +223,9 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         raise AppSpecError(
             source, "isolation", 'proxy apps have no authentication: other users could reach them; use "netns"'
         )
+    strip_prefix = data.get("strip_prefix", False)
+    if not isinstance(strip_prefix, bool):
+        raise AppSpecError(source, "strip_prefix", "must be true or false")
     readiness = _require_str(source, data, "readiness_path", "/")
     _check_template(source, "readiness_path", readiness)
     if not readiness.startswith(("/", "{base_url}")):
@@ -243,6 +261,7 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         secret_header=header,
         source=source,
         isolation=isolation,
+        strip_prefix=strip_prefix,
     )
 
 

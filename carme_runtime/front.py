@@ -158,6 +158,7 @@ class Front:
         base_path: str,
         head_timeout: float = 30.0,
         app_unix: str | None = None,
+        strip_prefix: bool = False,
     ) -> None:
         self.sock = sock
         self.port: int = sock.getsockname()[1]
@@ -166,6 +167,7 @@ class Front:
         self.app_unix = app_unix
         self.job_id = job_id
         self.base_path = base_path.rstrip("/")
+        self.strip_prefix = strip_prefix
         self.head_timeout = head_timeout
         self._key = front_key(secret, job_id)
         self._secret = secret
@@ -250,7 +252,7 @@ class Front:
             await writer.drain()
             return
         try:
-            app_writer.write(self._upstream_head(method, target, version, fields))
+            app_writer.write(self._upstream_head(method, self._app_target(target), version, fields))
             await app_writer.drain()
             upload = asyncio.ensure_future(pump(reader, app_writer))
             try:
@@ -261,6 +263,13 @@ class Front:
                     await upload
         finally:
             app_writer.close()
+
+    def _app_target(self, target: str) -> str:
+        """The request target the app sees: as sent, or without the base path for apps served at ``/``."""
+        if not self.strip_prefix:
+            return target
+        rest = target[len(self.base_path) :]  # _allowed_path: target starts with the base path
+        return rest if rest.startswith("/") else "/" + rest
 
     def _challenge(self, method: str, query: str) -> bytes:
         params = parse_qs(query, keep_blank_values=True)

@@ -359,6 +359,7 @@ def run_launch(
         job_id=plan.job_id,
         base_path=plan.app.base_url(plan.job_id),
         app_unix=plan.app_socket or None,
+        strip_prefix=plan.app.strip_prefix,
     ).start()
     try:
         return _run_app(

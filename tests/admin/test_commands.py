@@ -270,11 +270,12 @@ def test_repo_demo_inventory_gives_the_published_port() -> None:
     if not (repo / demo.DEMO_INVENTORY).is_file():
         pytest.skip("not a checkout")
     assert demo.https_port(repo / demo.DEMO_INVENTORY) == 8443
+    assert demo.apps_port(repo / demo.DEMO_INVENTORY) == 8444
 
 
 def test_login_hints() -> None:
-    text = "\n".join(demo.login_hints(9443))
-    assert "https://localhost:9443/" in text
+    text = "\n".join(demo.login_hints(9443, 9444))
+    assert "https://127.0.0.1:9443/" in text and "https://127.0.0.1:9444/" in text
     assert "podman exec -it carme-demo-head bash" in text
     assert "sinfo" in text
     assert ".secrets/demo/" in text

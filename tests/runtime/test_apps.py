@@ -49,6 +49,9 @@ def test_code_server_uses_password_auth_from_env() -> None:
     assert "none" not in r.argv
     assert r.env == {"PASSWORD": SECRET}
     assert load_apps([])["code-server"].proxy_headers(SECRET) == {}
+    # it serves at / (the front strips /proxy/<job>/), so readiness is its own path
+    assert load_apps([])["code-server"].strip_prefix and r.readiness_path == "/healthz"
+    assert not load_apps([])["jupyterlab"].strip_prefix
 
 
 def test_tensorboard_binds_and_has_no_header() -> None:
@@ -96,6 +99,7 @@ def spec(**over: object) -> dict[str, object]:
         ({"secret_header": {"name": "Authorization"}}, "secret_header"),
         ({"secret_header": {"name": "Authorization", "value": "token"}}, "secret_header.value"),
         ({"colour": "blue"}, "colour"),
+        ({"strip_prefix": "yes"}, "strip_prefix"),
     ],
 )
 def test_invalid_spec_names_field(over: dict[str, object], field: str) -> None:

@@ -133,6 +133,22 @@ def test_paths_outside_the_session_are_404(fr: front.Front) -> None:
     assert all(s["path"].startswith(f"/proxy/{JOB}") for s in AppHandler.seen)  # type: ignore[union-attr]
 
 
+def test_strip_prefix_serves_an_app_that_lives_at_the_root(app_port: int) -> None:
+    """code-server cannot be told a base path: the front passes /proxy/<job>/x on as /x, and nothing else."""
+    sock = front.bind_front_socket("127.0.0.1")
+    f = front.Front(
+        sock, app_host="127.0.0.1", app_port=app_port, secret=SECRET, job_id=JOB, base_path=BASE, strip_prefix=True
+    ).start()
+    try:
+        for sent, arrived in ((BASE + "static/x.js?v=1", "/static/x.js?v=1"), (BASE, "/"), (BASE.rstrip("/"), "/")):
+            status, body = request(f.port, sent, good())
+            assert status == 200 and json.loads(body)["path"] == arrived, (sent, body)
+        assert request(f.port, "/static/x.js", good())[0] == 404  # outside the session's path: still refused
+        assert request(f.port, BASE + "healthz")[0] == 403  # and nothing without the key
+    finally:
+        f.stop()
+
+
 def test_malformed_requests_are_400(fr: front.Front) -> None:
     for raw in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\n folded: x\r\n\r\n", b"GET nopath HTTP/1.1\r\n\r\n"):
         conn = socket.create_connection(("127.0.0.1", fr.port), timeout=10)
