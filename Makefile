@@ -12,14 +12,19 @@ MOLECULE_LOCK := /tmp/carme-molecule.lock
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
+.PHONY: app-bundles demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
 PREPARE = $(if $(CARME_PREPARED),,host venv image wheelhouse)
 
-demo: $(PREPARE) ## bring up the embedded demo cluster and deploy site.yml on it
+demo: $(PREPARE) app-bundles ## bring up the embedded demo cluster and deploy site.yml on it
 	carme demo up $(DEMO_UP_FLAGS)
+
+# Apps the demo installs from an archive (code-server, built from npm once per version; cached with the wheels).
+# Only the demo needs them, so they are built on its line of `make test`, not in the shared setup.
+app-bundles:
+	bash scripts/code-server-bundle.sh
 
 demo-down: venv
 	carme demo down

@@ -60,13 +60,16 @@ def load_apps(dirs: Sequence[str]) -> dict[str, AppSpec]:
 
 
 def readiness_path(app: AppSpec, job_id: int) -> str:
-    """The app's readiness URL path (its ``readiness_path`` template, e.g. ``{base_url}api/status``)."""
+    """The readiness URL path as the portal asks the session front (the app's ``readiness_path`` template, e.g.
+    ``{base_url}api/status``). An app served at ``/`` (``strip_prefix``) names its own path (``/healthz``): through
+    the front it is under the base URL, which the front removes again."""
     base_url = app.base_url(job_id)
     values = {"base_url": base_url, "base_path": base_url.rstrip("/") or "/", "job_id": str(job_id)}
     try:
-        return app.readiness_path.format_map(values)
+        path = app.readiness_path.format_map(values)
     except (KeyError, ValueError):
         return base_url
+    return base_url.rstrip("/") + path if app.strip_prefix else path
 
 
 def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], limits: SessionLimits) -> dict[str, Any]:

@@ -361,3 +361,37 @@ def test_a_script_in_alices_app_cannot_call_the_portal(parties: tuple[Party, Par
     assert log.strip() and '" 403 ' in log.strip().splitlines()[-1], log[-500:]
     assert on_head("squeue", "--noheader", "--jobs", str(alice.job_id)).stdout.strip(), "alice's session was stopped"
     assert alice.api.get(proxied(alice.job_id, "api/status"), max_redirects=0).status == 200
+
+
+def test_code_server_opens_with_the_session_password_for_alice_only(
+    parties: tuple[Party, Party], tensorboard: int
+) -> None:
+    """code-server (password app, served at / behind the front's strip_prefix) through the apps' origin."""
+    alice, bob = parties
+    on_head("scancel", str(tensorboard))  # the portal's default policy allows alice two sessions
+    deadline = time.monotonic() + 60
+    while on_head("squeue", "--noheader", "--jobs", str(tensorboard)).stdout.strip():
+        assert time.monotonic() < deadline, "the TensorBoard session does not end"
+        time.sleep(2)
+    page = alice.page.context.new_page()
+    try:
+        page.goto(f"{BASE}/sessions/new")
+        assert page.query_selector('select[name=app] option[value="code-server"]'), "the demo offers no code-server"
+        job = start_session(alice, app="code-server", image="code-server")
+        wait_ready(alice, job)
+        view = next(v for v in alice.api.get(f"{BASE}/api/sessions").json()["sessions"] if v["job_id"] == job)
+        assert view["password"], view  # shown to its owner on the dashboard
+        page.goto(f"{BASE}/sessions/{job}/connect")
+        assert page.url.startswith(f"{APPS}/proxy/{job}/"), page.url  # code-server's login page, on the apps' origin
+        page.fill("input[type=password]", "not-the-password")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("text=/[Ii]ncorrect password/", timeout=30_000)
+        page.fill("input[type=password]", view["password"])
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".monaco-workbench", timeout=120_000)  # the workbench, over its websocket
+        fields = comment_fields(job)
+        front = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
+        assert bob_gets(node_of(job), front).stdout.strip() == "403"
+        assert bob.api.get(f"{BASE}/sessions/{job}/connect", max_redirects=0).status == 403
+    finally:
+        page.close()

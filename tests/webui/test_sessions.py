@@ -173,3 +173,15 @@ def test_ended_jobs_leave_the_dashboard(app: Flask, client: Any, fake_scheduler:
     assert client.get("/api/sessions").get_json()["sessions"] == []
     with app.app_context():
         assert db.session.query(PortalSession).one().ended_at is not None
+
+
+def test_readiness_is_asked_through_the_front_under_the_base_url() -> None:
+    """The portal probes the session front, which forwards only the session's paths: an app served at / (code-server)
+    names its own /healthz, and the portal asks /proxy/<job>/healthz (the front strips the prefix again)."""
+    from carme_runtime.apps import load_apps
+    from webui.session_spec import readiness_path
+
+    apps = load_apps([])
+    assert readiness_path(apps["code-server"], 12) == "/proxy/12/healthz"
+    assert readiness_path(apps["jupyterlab"], 12) == "/proxy/12/api/status"
+    assert readiness_path(apps["tensorboard"], 12) == "/proxy/12/"
