@@ -5,8 +5,9 @@ An app is a TOML file: ``name``, ``title``, ``argv`` (a list of templates), ``en
 live in ``carme_runtime/apps/``; a site adds or overrides apps in ``/etc/carme/apps.d/*.toml`` (a site file
 with the same ``name`` replaces the built-in).
 
-Templates may use only these placeholders: ``{port} {host} {secret} {base_url} {base_path} {workdir}
-{logdir} {job_id}`` (``base_path`` is ``base_url`` without the trailing slash, for TensorBoard).
+Templates may use only these placeholders: ``{port} {host} {socket} {secret} {base_url} {base_path} {workdir}
+{logdir} {job_id}`` (``base_path`` is ``base_url`` without the trailing slash, for TensorBoard; ``socket`` is the
+path of the app's Unix socket, for ``isolation = "socket"``).
 
 ``secret_mode``:
 
@@ -22,11 +23,16 @@ front removes ``proxy_base`` from each request path before passing it on, and ``
 
 ``isolation`` (default ``"netns"`` for ``proxy`` apps, ``"none"`` otherwise):
 
+* ``socket``: the app listens on a Unix socket (``{socket}`` must appear in ``argv`` or ``env``) in a fresh 0700
+  directory of the user, and on no TCP port at all: other users on the node cannot connect to it, and the app keeps
+  the node's network (pip, ``torch.distributed``). The front reaches it through that socket. For apps that can
+  listen on a Unix socket (JupyterLab ``--ServerApp.sock``, code-server ``--socket``).
+
 * ``netns``: ``carme-launch`` starts the app in a private network namespace of the user
   (:mod:`carme_runtime.netns`), so its ``127.0.0.1:<port>`` exists only there; the front reaches it through a
   Unix socket in a 0700 directory. Other users on the node can reach neither.
-* ``none``: the app listens on the node's ``127.0.0.1:<port>``, which every local user can connect to; only
-  for apps that check their own token or password.
+* ``none``: the app listens on the node's ``127.0.0.1:<port>``, which every local user can connect to (the app's
+  own token or password is then the only gate); for site apps that cannot listen on a Unix socket.
 
 Rendering refuses an empty or short secret and any argv that turns authentication off
 (``--auth none``, an empty ``token=``/``password=``).
@@ -43,9 +49,9 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
-PLACEHOLDERS = frozenset({"port", "host", "secret", "base_url", "base_path", "workdir", "logdir", "job_id"})
+PLACEHOLDERS = frozenset({"port", "host", "socket", "secret", "base_url", "base_path", "workdir", "logdir", "job_id"})
 SECRET_MODES = ("token", "password", "proxy")
-ISOLATIONS = ("netns", "none")
+ISOLATIONS = ("netns", "socket", "none")
 APP_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
@@ -116,15 +122,27 @@ class AppSpec:
         return self.proxy_base.format(job_id=job_id)
 
     def render(
-        self, *, host: str, port: int, secret: str, job_id: int | str, workdir: str, logdir: str | None = None
+        self,
+        *,
+        host: str,
+        port: int,
+        secret: str,
+        job_id: int | str,
+        workdir: str,
+        logdir: str | None = None,
+        socket: str = "",
     ) -> RenderedApp:
-        """Fill the templates. Raises :class:`AppRenderError` rather than start an app without auth."""
+        """Fill the templates. Raises :class:`AppRenderError` rather than start an app without auth (or, for
+        ``isolation = "socket"``, without its socket path: it would fall back to a TCP port)."""
         if len(secret) < MIN_SECRET_LENGTH:
             raise AppRenderError(f"{self.name}: session secret missing or shorter than {MIN_SECRET_LENGTH}")
+        if self.isolation == "socket" and not socket.startswith("/"):
+            raise AppRenderError(f"{self.name}: isolation = socket needs the absolute path of its Unix socket")
         base_url = self.base_url(job_id)
         values = {
             "port": str(port),
             "host": host,
+            "socket": socket,
             "secret": secret,
             "base_url": base_url,
             "base_path": base_url.rstrip("/") or "/",
@@ -219,10 +237,14 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
     isolation = _require_str(source, data, "isolation", "netns" if secret_mode == "proxy" else "none")
     if isolation not in ISOLATIONS:
         raise AppSpecError(source, "isolation", f"must be one of {', '.join(ISOLATIONS)}")
-    if secret_mode == "proxy" and isolation != "netns":
+    if secret_mode == "proxy" and isolation == "none":
         raise AppSpecError(
             source, "isolation", 'proxy apps have no authentication: other users could reach them; use "netns"'
         )
+    if isolation == "socket" and not (
+        any("{socket}" in a for a in argv) or any("{socket}" in v for v in env.values())
+    ):
+        raise AppSpecError(source, "isolation", "socket apps must pass {socket} in argv or env (where they listen)")
     strip_prefix = data.get("strip_prefix", False)
     if not isinstance(strip_prefix, bool):
         raise AppSpecError(source, "strip_prefix", "must be true or false")

@@ -12,9 +12,11 @@
    (``JUPYTER_TOKEN``, ``PASSWORD``); ``CARME_SESSION_SECRET`` is removed from the app's environment;
 4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, app_port, secret, app, base_url) with mode 0600
    in a 0700 directory, so only the user (and root) can read it;
-   Apps with ``isolation = "netns"`` (TensorBoard: no authentication of its own) start in a private network
+   Apps with ``isolation = "socket"`` (JupyterLab, code-server) listen on a Unix socket in a fresh 0700
+   directory of the user and on no TCP port: no other user on the node can connect to them. Apps with
+   ``isolation = "netns"`` (TensorBoard: no authentication of its own, no Unix socket) start in a private network
    namespace of the user (:mod:`carme_runtime.netns`): their ``127.0.0.1:<port>`` exists only there, and the
-   front reaches them through a Unix socket in a fresh 0700 directory. Without working user namespaces such an
+   front reaches them through a Unix socket in such a directory. Without working user namespaces such an
    app is refused (:attr:`ExitCode.NETNS_UNAVAILABLE`), never started on the node's loopback;
 5. probes the app's readiness on ``127.0.0.1`` (or through that Unix socket) with the secret until ready or
    timeout, then checks that its own front answers the portal's challenge;
@@ -54,7 +56,9 @@ from carme_runtime.front import verify_endpoint
 from carme_runtime.netns import SOCKET_NAME
 from carme_runtime.netns import check_userns
 from carme_runtime.netns import namespace_argv
+from carme_runtime.runtimes import AllowedBind
 from carme_runtime.runtimes import ApptainerRuntime
+from carme_runtime.runtimes import Bind
 from carme_runtime.runtimes import BindNotAllowed
 from carme_runtime.runtimes import NoneRuntime
 from carme_runtime.runtimes import default_allow_list
@@ -65,7 +69,6 @@ if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
     from carme_runtime.command_runner import Runner
     from carme_runtime.config import RuntimeConfig
-    from carme_runtime.runtimes import Bind
     from carme_runtime.runtimes import Runtime
 
 
@@ -169,7 +172,8 @@ def connection_info(
         "app": app.name,
         "host": host,
         "port": port,
-        "app_port": app_port if app_port is not None else port,
+        # a socket app has no TCP port at all
+        "app_port": None if app.isolation == "socket" else (app_port if app_port is not None else port),
         "base_url": app.base_url(job_id),
         "secret": secret,
         "secret_mode": app.secret_mode,
@@ -234,9 +238,13 @@ class LaunchPlan:
     app_socket: str = ""
 
 
-def make_runtime(name: str, image: str, config: RuntimeConfig, home: str) -> Runtime:
+def make_runtime(name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "") -> Runtime:
+    """The session's runtime; ``socket_dir`` (the 0700 directory of a socket app's Unix socket) may be bound."""
     if name == "apptainer":
-        return ApptainerRuntime(default_allow_list(home, config.scratch_root, config.dataset_dirs))
+        allowed = default_allow_list(home, config.scratch_root, config.dataset_dirs)
+        if socket_dir:
+            allowed.append(AllowedBind(socket_dir))
+        return ApptainerRuntime(allowed)
     if name == "none":
         return NoneRuntime(image or config.env_prefix)
     raise LaunchError(ExitCode.CONFIG, f"unknown runtime {name!r}")
@@ -257,7 +265,8 @@ def plan_launch(
 ) -> LaunchPlan:
     """Decide the app's argv and environment from the job environment (no side effects).
 
-    An ``isolation = "netns"`` app needs ``socket_dir`` (a 0700 directory of the user) for its Unix socket.
+    An ``isolation = "netns"`` or ``"socket"`` app needs ``socket_dir`` (a 0700 directory of the user) for its
+    Unix socket.
     """
     job_id_s = env.get("SLURM_JOB_ID", "")
     if not job_id_s.isdigit():
@@ -274,6 +283,13 @@ def plan_launch(
         raise LaunchError(ExitCode.CONFIG, f"unknown app {app_name!r}; known: {', '.join(sorted(apps))}")
     app = apps[app_name]
     workdir = env.get("CARME_WORKDIR") or home
+    app_socket = ""
+    if app.isolation in ("netns", "socket"):
+        if not socket_dir:
+            raise LaunchError(
+                ExitCode.NETNS_UNAVAILABLE, f"{app.name} needs a socket directory (isolation = {app.isolation})"
+            )
+        app_socket = os.path.join(socket_dir, SOCKET_NAME)
     try:
         rendered = app.render(
             host=host,
@@ -282,23 +298,23 @@ def plan_launch(
             job_id=job_id,
             workdir=workdir,
             logdir=env.get("CARME_LOGDIR"),
+            socket=app_socket if app.isolation == "socket" else "",
         )
     except AppRenderError as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
     runtime_name = env.get("CARME_RUNTIME") or config.runtime
     image = env.get("CARME_IMAGE", "")
-    runtime = make_runtime(runtime_name, image, config, home)
+    socket_bind = socket_dir if app.isolation == "socket" else ""  # the app listens there, inside a container too
+    runtime = make_runtime(runtime_name, image, config, home, socket_bind)
     binds: list[Bind] = default_binds(home, scratch, config.dataset_dirs)
+    if socket_bind:
+        binds.append(Bind(socket_bind, socket_bind))
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
     try:
         argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
     except (BindNotAllowed, ValueError) as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
-    app_socket = ""
     if app.isolation == "netns":
-        if not socket_dir:
-            raise LaunchError(ExitCode.NETNS_UNAVAILABLE, f"{app.name} needs a socket directory (isolation = netns)")
-        app_socket = os.path.join(socket_dir, SOCKET_NAME)
         argv = namespace_argv(
             argv,
             socket_path=app_socket,
@@ -443,7 +459,9 @@ def _run_app(
         prc, _out, err = runner(publish_argv(plan.job_id, published_comment(plan.app, public, front.port, "ready")))
         if prc != 0:
             say(f"could not publish the session in the job comment: {err.strip()[:200]}")
-        where = f"{plan.app_socket} (own network namespace)" if plan.app_socket else f"{plan.host}:{plan.port}"
+        where = {"netns": f"{plan.app_socket} (own network namespace)", "socket": plan.app_socket}.get(
+            plan.app.isolation, f"{plan.host}:{plan.port}"
+        )
         say(f"{plan.app.name} ready on {where}, behind the front on {public}:{front.port}")
         return _exit_code(child.wait())
     finally:
@@ -477,6 +495,7 @@ def launch_from_env(
         unshare = "unshare"
         if wanted is not None and wanted.isolation == "netns" and job_id_s.isdigit():
             unshare = prepare_netns(wanted, env, host, int(job_id_s), runner)
+        if wanted is not None and wanted.isolation in ("netns", "socket") and job_id_s.isdigit():
             socket_dir = make_socket_dir(env, int(job_id_s))
         plan = plan_launch(
             env,

@@ -252,6 +252,14 @@ def _live_state() -> ClusterState:
     return state
 
 
+#: how old a snapshot may be when a refusal depends on it (the session limit)
+FRESH_STATE_SECONDS = 1.0
+
+
+def _active_sessions(username: str, state: ClusterState) -> list[PortalSession]:
+    return [ps for ps in my_portal_sessions(username) if (job := state.job(ps.job_id)) is not None and job.active]
+
+
 def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     """Validate everything on the server, submit as the user, record owner and secret."""
     state = _live_state()
@@ -270,9 +278,10 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
 
-    active = [
-        ps for ps in my_portal_sessions(user.username) if (job := state.job(ps.job_id)) is not None and job.active
-    ]
+    active = _active_sessions(user.username, state)
+    if len(active) >= limits["max_sessions"]:
+        # the snapshot may be seconds old: a session the user has just stopped must not count against her
+        active = _active_sessions(user.username, scheduler().state(max_age=FRESH_STATE_SECONDS))
     if len(active) >= limits["max_sessions"]:
         raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}")
     if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"

@@ -9,7 +9,8 @@ Against the deployed portal (nginx + gunicorn + MariaDB + slurmrestd, sessions s
 * ``/api/proxy-auth`` from outside, with alice's cookie and a forged ``X-Original-URI``, is a 404 under every
   spelling, and no answer carries an ``X-Carme-*`` header (it is nginx's internal ``auth_request`` target only);
 * on alice's node, bob's direct connections to her published port get 403 from her session front, with or
-  without a Jupyter token, and her app itself listens on 127.0.0.1 only (not on the node address);
+  without a Jupyter token, and her JupyterLab and code-server listen on no TCP port at all (a Unix socket in her
+  0700 directory, which bob cannot open);
 * alice's TensorBoard (an app without authentication) answers her through the proxy; bob on the node gets 403
   from its front, and its own port does not exist in the node's network (it runs in alice's network namespace);
 * the apps are served from their own origin: a script in a page of alice's app can read nothing of the portal's
@@ -248,17 +249,48 @@ def test_bob_on_the_node_is_refused_by_alices_front(parties: tuple[Party, Party]
         assert code.stdout.strip() == "403", (extra, code.stdout, code.stderr)
 
 
-def test_alices_app_listens_on_loopback_only(parties: tuple[Party, Party]) -> None:
-    alice, _bob = parties
-    info = on_node(alice.node, "cat", f"/home/alice/.carme/sessions/{alice.job_id}.json")
-    assert info.returncode == 0, info.stderr
-    conn = json.loads(info.stdout)
-    app_port = int(conn["app_port"])
-    assert app_port != alice.port and int(conn["port"]) == alice.port
-    listening = on_node(alice.node, "ss", "-H", "-ltn").stdout.split("\n")
-    local = [line.split()[3] for line in listening if line.split() and line.split()[3].endswith(f":{app_port}")]
-    assert local, f"nothing listens on the app port {app_port}: {listening}"
-    assert all(addr.startswith(("127.0.0.1:", "[::1]:")) for addr in local), local
+# Connects to a Unix socket as the calling user; prints "connected" or the exception's class name.
+UNIX_CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def assert_only_alice_reaches(node: str, job_id: int, program: str) -> None:
+    """isolation = "socket": the app (``program``) has no TCP port on the node; bob cannot open its Unix socket."""
+    conn = json.loads(on_node(node, "cat", f"/home/alice/.carme/sessions/{job_id}.json").stdout)
+    assert conn["isolation"] == "socket" and conn["app_port"] is None, conn
+    sock = conn["app_socket"]
+    assert on_node(node, "stat", "-c", "%a %U", os.path.dirname(sock)).stdout.split() == ["700", "alice"]
+    assert as_bob_on(node, "python3", "-c", UNIX_CONNECT, sock).stdout.strip() == "PermissionError"
+    assert on_node(node, "runuser", "-u", "alice", "--", "python3", "-c", UNIX_CONNECT, sock).stdout.strip() == (
+        "connected"
+    )
+    pids = on_node(node, "pgrep", "-u", "alice", "-f", program).stdout.split()
+    assert pids, f"no {program} process of alice's on {node}"
+    # every TCP socket in LISTEN state on the node, by inode, against the sockets the app's processes hold
+    listen = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in on_node(node, "cat", table).stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A":
+                listen.add(parts[9])
+    for pid in pids:
+        fds = on_node(node, "find", f"/proc/{pid}/fd", "-lname", "socket:*", "-printf", "%l\\n").stdout.split()
+        held = {fd[len("socket:[") : -1] for fd in fds}
+        assert not held & listen, f"{program} (pid {pid}) listens on a TCP port on {node}"
+
+
+def test_alices_jupyterlab_has_no_port_bob_could_reach(parties: tuple[Party, Party]) -> None:
+    alice, bob = parties
+    assert_only_alice_reaches(alice.node, alice.job_id, "jupyter-lab")
+    # bob, on the same node, finds only the front (403 without the key, as above)
+    assert bob.node == alice.node
 
 
 def tensorboard_offered(party: Party) -> bool:
@@ -392,6 +424,7 @@ def test_code_server_opens_with_the_session_password_for_alice_only(
         fields = comment_fields(job)
         front = f"http://{fields['host']}:{fields['port']}/proxy/{job}/"
         assert bob_gets(node_of(job), front).stdout.strip() == "403"
+        assert_only_alice_reaches(node_of(job), job, "code-server")
         assert bob.api.get(f"{BASE}/sessions/{job}/connect", max_redirects=0).status == 403
     finally:
         page.close()

@@ -277,6 +277,56 @@ def test_connection_details_are_private_to_the_user(host_slurm: HostSlurm, jupyt
     assert json.loads(host_slurm.run(["cat", str(path)], user=s.user).stdout)["job_id"] == s.job_id
 
 
+def listening_tcp_inodes() -> set[str]:
+    """Inodes of the TCP sockets in LISTEN state (0A) in this network namespace (the node's)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                parts = line.split()
+                if len(parts) > 9 and parts[3] == "0A":
+                    inodes.add(parts[9])
+    return inodes
+
+
+def socket_inodes(pid: int) -> set[str]:
+    found: set[str] = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    return found
+
+
+def test_jupyter_has_no_tcp_port_and_only_its_owner_reaches_its_socket(
+    host_slurm: HostSlurm, jupyter_session: Session
+) -> None:
+    """isolation = "socket": another user on the node finds no port to connect to, and cannot open the socket."""
+    s = jupyter_session
+    info = json.loads((host_slurm.home(s.user) / ".carme" / "sessions" / f"{s.job_id}.json").read_text())
+    assert info["isolation"] == "socket" and info["app_port"] is None, info
+    sock = Path(info["app_socket"])
+    assert stat.S_ISSOCK(sock.stat().st_mode)
+    directory = sock.parent.stat()
+    assert stat.S_IMODE(directory.st_mode) == 0o700 and directory.st_uid == pwd.getpwnam(s.user).pw_uid
+    jupyter = [
+        pid
+        for pid in job_pids(host_slurm, s.job_id)
+        if b"jupyter" in b" ".join(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2])
+    ]
+    assert jupyter, f"no jupyter process among the job's pids: {job_pids(host_slurm, s.job_id)}"
+    listening = listening_tcp_inodes()
+    for pid in jupyter:
+        assert not socket_inodes(pid) & listening, f"jupyter (pid {pid}) listens on a TCP port"
+    probe = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(sock)!r})"
+    denied = host_slurm.run(["python3", "-c", probe], user="bob", check=False)
+    assert denied.returncode != 0 and "PermissionError" in denied.stderr, denied.stderr
+    assert host_slurm.run(["python3", "-c", probe], user=s.user, check=False).returncode == 0
+
+
 def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env: Path) -> None:
     """The portal's path: ``build_rest_payload`` POSTed to slurmrestd v0.0.38 with bob's JWT."""
     user = "bob"

@@ -12,9 +12,14 @@ from carme_runtime.apps import load_apps
 SECRET = "s3cr3t-" + "x" * 40
 
 
+SOCK = "/tmp/carme-77-abc/app.sock"
+
+
 def render(name: str, secret: str = SECRET):
     app = load_apps([])[name]
-    return app.render(host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice")
+    return app.render(
+        host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice", socket=SOCK
+    )
 
 
 def test_builtin_apps_load() -> None:
@@ -31,8 +36,8 @@ def test_jupyterlab_argv_and_token() -> None:
         "jupyter",
         "lab",
         "--no-browser",
-        "--ServerApp.ip=10.0.0.5",
-        "--ServerApp.port=41234",
+        f"--ServerApp.sock={SOCK}",
+        "--ServerApp.sock_mode=0600",
         "--ServerApp.base_url=/proxy/77/",
         "--ServerApp.allow_remote_access=True",
         "--ServerApp.root_dir=/home/alice",
@@ -40,12 +45,14 @@ def test_jupyterlab_argv_and_token() -> None:
     assert r.env == {"JUPYTER_TOKEN": SECRET}
     assert not any(SECRET in a for a in r.argv)  # argv is world-readable in /proc
     assert r.readiness_path == "/proxy/77/api/status"
+    assert not any("41234" in a or "10.0.0.5" in a for a in r.argv)  # no TCP port at all
     assert load_apps([])["jupyterlab"].proxy_headers(SECRET) == {"Authorization": f"token {SECRET}"}
 
 
 def test_code_server_uses_password_auth_from_env() -> None:
     r = render("code-server")
-    assert r.argv[:5] == ["code-server", "--bind-addr", "10.0.0.5:41234", "--auth", "password"]
+    assert r.argv[:7] == ["code-server", "--socket", SOCK, "--socket-mode", "600", "--auth", "password"]
+    assert not any("41234" in a or "10.0.0.5" in a for a in r.argv)  # no TCP port at all
     assert "none" not in r.argv
     assert r.env == {"PASSWORD": SECRET}
     assert load_apps([])["code-server"].proxy_headers(SECRET) == {}
@@ -151,3 +158,22 @@ def test_name_must_match_file(tmp_path: Path) -> None:
     with pytest.raises(AppSpecError) as info:
         load_apps([tmp_path])
     assert info.value.field == "name"
+
+
+@pytest.mark.parametrize("name", ["jupyterlab", "code-server"])
+def test_socket_apps_refuse_to_render_without_their_socket(name: str) -> None:
+    """Without a socket path the app would fall back to a TCP port that every user on the node can reach."""
+    app = load_apps([])[name]
+    assert app.isolation == "socket"
+    for sock in ("", "relative/app.sock"):
+        with pytest.raises(AppRenderError, match="Unix socket"):
+            app.render(host="10.0.0.5", port=1, secret=SECRET, job_id=77, workdir="/home/alice", socket=sock)
+
+
+def test_a_socket_app_must_say_where_it_listens() -> None:
+    data = {"name": "x", "argv": ["x", "--port={port}"], "env": {"T": "{secret}"}, "isolation": "socket"}
+    with pytest.raises(AppSpecError) as err:
+        app_from_dict(data, source="site.toml")
+    assert err.value.field == "isolation" and "{socket}" in str(err.value)
+    ok = app_from_dict({**data, "argv": ["x", "--unix={socket}"]}, source="site.toml")
+    assert ok.isolation == "socket"

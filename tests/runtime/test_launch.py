@@ -201,9 +201,14 @@ def test_plan_for_jupyter_in_apptainer(tmp_path: Path) -> None:
         CARME_IMAGE="/opt/images/pytorch.sif",
         CUDA_VISIBLE_DEVICES="0",
     )
-    plan = launch.plan_launch(env, load_apps([]), config(tmp_path), home=home, host="10.0.0.5", port=41234)
+    sockets = tmp_path / "sock"
+    plan = launch.plan_launch(
+        env, load_apps([]), config(tmp_path), home=home, host="10.0.0.5", port=41234, socket_dir=str(sockets)
+    )
+    assert plan.app_socket == str(sockets / "app.sock")
+    assert f"--ServerApp.sock={sockets}/app.sock" in plan.argv
     assert plan.argv[:6] == ["apptainer", "exec", "--nv", "--contain", "--cleanenv", "--bind"]
-    assert plan.argv[6] == f"{home}:{home}"
+    assert plan.argv[6] == f"{home}:{home},{sockets}:{sockets}"  # the app's socket directory, seen outside too
     assert plan.argv[7] == "/opt/images/pytorch.sif"
     assert plan.argv[8:10] == ["jupyter", "lab"]
     assert plan.env["APPTAINERENV_JUPYTER_TOKEN"] == SECRET

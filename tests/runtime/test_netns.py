@@ -50,7 +50,8 @@ def test_proxy_apps_default_to_netns_and_others_to_none() -> None:
     assert token.isolation == "none"
     assert app_from_dict(spec(secret_mode="token", env={"T": "{secret}"}, isolation="netns")).isolation == "netns"
     assert load_apps([])["tensorboard"].isolation == "netns"
-    assert load_apps([])["jupyterlab"].isolation == "none"
+    assert load_apps([])["jupyterlab"].isolation == "socket"
+    assert load_apps([])["code-server"].isolation == "socket"
 
 
 @pytest.mark.parametrize(("over", "field"), [({"isolation": "none"}, "isolation"), ({"isolation": "vm"}, "isolation")])

@@ -91,6 +91,32 @@ def test_session_limit_per_user(app: Flask, client: Any, fake_scheduler: FakeSch
     assert "limit is 2" in resp.get_data(as_text=True)
 
 
+def test_a_session_just_stopped_does_not_count_against_the_limit(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler, monkeypatch: Any
+) -> None:
+    """The worker's snapshot is seconds old: a refusal by the session limit is checked on a fresh one."""
+    log_in_as(app, client, "alice")
+    assert post(client, "/sessions/new", GOOD).status_code == 302
+    assert post(client, "/sessions/new", GOOD).status_code == 302
+    stale = fake_scheduler.state()  # both sessions still listed
+    ended = next(iter(fake_scheduler.jobs))
+    del fake_scheduler.jobs[ended]  # ended in Slurm since the snapshot
+    fresh_reads: list[float | None] = []
+    real_state = fake_scheduler.state
+
+    def state(max_age: float | None = None) -> Any:
+        if max_age is None:
+            return stale
+        fresh_reads.append(max_age)
+        return real_state(max_age)
+
+    monkeypatch.setattr(fake_scheduler, "state", state)
+    assert post(client, "/sessions/new", GOOD).status_code == 302
+    assert fresh_reads and all(age is not None and age <= 1.0 for age in fresh_reads)
+    resp = post(client, "/sessions/new", GOOD)  # two active again: the fresh state agrees, still refused
+    assert resp.status_code == 400 and "limit is 2" in resp.get_data(as_text=True)
+
+
 def test_connect_only_when_ready_and_answering(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice", running=False)
     log_in_as(app, client, "alice")
