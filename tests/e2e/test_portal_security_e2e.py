@@ -31,6 +31,7 @@ from tests.fixtures.demo import fresh_account
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import password_of
+from tests.fixtures.demo import post_login
 from tests.fixtures.demo import run
 from tests.fixtures.demo import squeue_has
 from tests.fixtures.demo import submit_password
@@ -150,18 +151,21 @@ def locked_bob() -> Iterator[str]:
 
 def test_ten_wrong_passwords_lock_the_account(demo: Demo, locked_bob: str) -> None:
     page = demo.context().new_page()
-    statuses = []
-    for attempt in range(10):
-        response = submit_password(page, locked_bob, f"wrong-password-{attempt}")
-        if response.status == 429 and attempt < 9 and "Try again in" in page.inner_text("body"):
+    statuses: list[int | None] = []  # None: the browser dropped the POST (the portal may or may not have seen it)
+    for attempt in range(12):
+        response = post_login(page, locked_bob, f"wrong-password-{attempt}")
+        if response is not None and response.status == 429 and "Try again in" in page.inner_text("body"):
             # the backoff between failures (at most 2 s) answers 429 without counting: wait it out, try again
             time.sleep(2.1)
-            response = submit_password(page, locked_bob, f"wrong-password-{attempt}")
-        statuses.append(response.status)
+            response = post_login(page, locked_bob, f"wrong-password-{attempt}")
+        statuses.append(None if response is None else response.status)
+        if statuses[-1] == 429:
+            break
         time.sleep(2.1)
-    assert statuses[:9] == [401] * 9, statuses
-    assert statuses[9] == 429, statuses
-    assert "Too many failed attempts" in page.inner_text("body")
+    # the tenth failure locks: nine 401s before the 429 (a dropped POST may have counted as one of them)
+    assert statuses[-1] == 429 and "Too many failed attempts" in page.inner_text("body"), statuses
+    answered = [s for s in statuses[:-1] if s is not None]
+    assert answered == [401] * len(answered) and len(answered) <= 9 <= len(statuses) - 1, statuses
     right = submit_password(page, locked_bob, password_of(locked_bob))
     assert right.status == 429, "the right password must not open a locked account"
     demo.steps.shot(page, "bob-locked")
