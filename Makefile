@@ -105,8 +105,8 @@ unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, 
 e2e: demo ## the browser end-to-end tests against the demo (brought up first); a missing demo fails, never skips
 	$(MAKE) --no-print-directory e2e-tests
 
-e2e-tests: venv ## the browser end-to-end tests against the demo as it is (a missing demo fails)
-	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e
+e2e-tests: venv ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
+	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e tests/reliability
 
 molecule: $(PREPARE) ## every Molecule scenario, one after another
 	for s in $(SCENARIOS); do
