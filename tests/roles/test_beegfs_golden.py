@@ -61,9 +61,7 @@ def test_rendered_file_matches_golden(rendered: RenderResult, name: str) -> None
         golden.write_text(actual)
     assert golden.exists(), f"{golden} is missing; run with CARME_UPDATE_GOLDEN=1 to create it"
     expected = golden.read_text()
-    diff = "".join(
-        difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(golden), "rendered")
-    )
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(golden), "rendered"))
     assert actual == expected, f"{name} differs from the golden file:\n{diff}"
 
 
