@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Protocol
 
+from carme_runtime import datasets
 from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.exit_codes import ExitCode
@@ -236,7 +237,7 @@ class LaunchPlan:
 
 def make_runtime(name: str, image: str, config: RuntimeConfig, home: str) -> Runtime:
     if name == "apptainer":
-        return ApptainerRuntime(default_allow_list(home, config.scratch_root, config.dataset_dirs))
+        return ApptainerRuntime(default_allow_list(home, config.scratch_root, config.all_dataset_dirs()))
     if name == "none":
         return NoneRuntime(image or config.env_prefix)
     raise LaunchError(ExitCode.CONFIG, f"unknown runtime {name!r}")
@@ -288,7 +289,7 @@ def plan_launch(
     runtime_name = env.get("CARME_RUNTIME") or config.runtime
     image = env.get("CARME_IMAGE", "")
     runtime = make_runtime(runtime_name, image, config, home)
-    binds: list[Bind] = default_binds(home, scratch, config.dataset_dirs)
+    binds: list[Bind] = default_binds(home, scratch, config.all_dataset_dirs())
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
     try:
         argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
@@ -309,7 +310,7 @@ def plan_launch(
             python=sys.executable,
         )
     base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
-    proc_env = runtime.environment(rendered.env, base)
+    proc_env = runtime.environment({**rendered.env, **datasets.session_env(home, config.datasets)}, base)
     return LaunchPlan(
         job_id=job_id,
         app=app,
@@ -500,6 +501,8 @@ def launch_from_env(
         return ExitCode.ERROR
     if host.startswith("127.") and not config.bind_address:
         say(f"warning: the hostname resolves to {host}; set bind_address so the portal can reach the app")
+    for note in datasets.link_datasets(home, config.datasets):
+        say(f"datasets: {note}")
     try:
         return run_launch(
             plan,
