@@ -49,6 +49,11 @@ _OR_GROUP = re.compile(r"[^&,\[\]()]*\|[^&,\[\]()]*")
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
 
 
+def _one_line(text: str, limit: int) -> str:
+    """A command's error output as one short line (it ends up in a log line and in the job's AdminComment)."""
+    return " ".join(text.split())[:limit]
+
+
 def requested(constraints: str, feature: str) -> bool:
     """Whether a job's constraint expression requires ``feature`` (alternatives joined by ``|`` do not require it)."""
     if not feature or not constraints:
@@ -177,7 +182,7 @@ def clean_stale(
             forget(cfg, job_id)
             outcomes.append(f"{job_id}:stale-stopped")
         else:
-            outcomes.append(f"{job_id}:stale-stop-failed(rc{rc}:{err.strip()[:80]})")
+            outcomes.append(f"{job_id}:stale-stop-failed(rc{rc}:{_one_line(err, 80)})")
     return outcomes
 
 
@@ -222,7 +227,7 @@ def prolog(
         return StartResult(f"recorded(first={nodes[0]}){stale_s}")
     mount = mount_point(cfg, ctx.job_id)
     rc, _out, err = beeond_runner(start_argv(cfg, ctx.job_id, nodefile))
-    why = f"beeond start rc={rc}: {err.strip()[:160]}" if rc != 0 else ""
+    why = f"beeond start rc={rc}: {_one_line(err, 160)}" if rc != 0 else ""
     if not why:
         try:
             (own or _own)(mount, ctx.uid)
@@ -261,7 +266,7 @@ def epilog(
         return f"left-to-first-node({nodes[0]}){stale_s}"
     rc, _out, err = beeond_runner(stop_argv(cfg, nodefile))
     if rc != 0:
-        return f"stop-failed(rc{rc}: {err.strip()[:120]}; kept for the stale cleanup){stale_s}"
+        return f"stop-failed(rc{rc}: {_one_line(err, 120)}; kept for the stale cleanup){stale_s}"
     forget(cfg, ctx.job_id)
     return f"stopped{stale_s}"
 

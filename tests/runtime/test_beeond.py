@@ -175,6 +175,7 @@ def test_failed_start_cancels_the_job_and_never_the_node(cluster: Cluster, monke
     assert runner.calls[0][:3] == ["scontrol", "update", "JobId=42"]
     assert runner.calls[0][3].startswith("AdminComment=carme: BeeOND could not start on node1: beeond start rc=1:")
     assert "Could not start BeeGFS storage service" in runner.calls[0][3]
+    assert "\n" not in runner.calls[0][3]  # beeond's two error lines, joined: one AdminComment line
     assert runner.calls[1] == ["scancel", "42"]
     assert "beeond=start-failed(" in cluster.log("node1", 42) and "cleanup ok" in cluster.log("node1", 42)
     assert cluster.owned == []
