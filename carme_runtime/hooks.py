@@ -12,10 +12,13 @@ job); a non-zero ``Epilog=`` exit drains it too (both verified on Slurm 22.05.8,
   the log line in ``/var/log/carme/<jobid>.log`` gives the admin the details;
 * every other problem (unreadable cgroup, Slurm command failing, log dir not writable) is logged and the
   hook still exits 0.
+* a BeeOND instance the job asked for (``--constraint=beeond``, :mod:`carme_runtime.beeond`) that cannot start
+  fails the job the same way (AdminComment, ``scancel``), never the node.
 
 Slurm's documentation advises against calling Slurm commands from Prolog/Epilog; this module only does
 it on the rare mismatch path (prolog) and once per job for ``squeue`` in the epilog, which the
-leftover-process rule needs.
+leftover-process rule needs; on BeeOND nodes ``squeue`` also runs for a recorded instance that is still mounted
+after its job should have stopped it (the stale-instance check).
 """
 
 from __future__ import annotations
