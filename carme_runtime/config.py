@@ -12,6 +12,7 @@ This module avoids ``typing`` and ``dataclasses`` at runtime for the same reason
 from __future__ import annotations
 
 import os
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +35,16 @@ _SCHEMA: dict[str, tuple[type, object]] = {
     "runtime": (str, "apptainer"),  # apptainer | none
     "env_prefix": (str, ""),  # NoneRuntime: venv/conda prefix
     "ready_timeout_s": (int, 300),
+    # Datasets bound into sessions: name -> absolute path (read-only; rendered from the inventory's carme_datasets).
+    "datasets": (dict, {}),
+    # BeeOND per job (carme_runtime/beeond.py): off unless the node has a local disk for it.
+    "beeond": (bool, False),
+    "beeond_feature": (str, "beeond"),
+    "beeond_bin": (str, "beeond"),
+    "beeond_data_root": (str, "/local/beeond"),
+    "beeond_mount_root": (str, "/mnt/beeond"),
+    "beeond_state_dir": (str, "/var/lib/carme/beeond"),
+    "beeond_timeout_s": (int, 300),
 }
 
 _ENV_OVERRIDES = {
@@ -45,6 +56,8 @@ _ENV_OVERRIDES = {
 }
 
 GPU_CHECK_MODES = ("enforce", "warn", "off")
+#: a dataset's name: also a file name (``~/datasets/<name>``), so no ``/`` and not ``.`` or ``..``
+DATASET_NAME_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$")
 
 
 class ConfigError(ValueError):
@@ -56,9 +69,17 @@ class RuntimeConfig:
 
     __slots__ = (
         "apps_dirs",
+        "beeond",
+        "beeond_bin",
+        "beeond_data_root",
+        "beeond_feature",
+        "beeond_mount_root",
+        "beeond_state_dir",
+        "beeond_timeout_s",
         "bind_address",
         "cgroup_root",
         "dataset_dirs",
+        "datasets",
         "env_prefix",
         "gpu_check",
         "kill_leftovers",
@@ -83,11 +104,23 @@ class RuntimeConfig:
     runtime: str
     env_prefix: str
     ready_timeout_s: int
+    datasets: dict[str, str]
+    beeond: bool
+    beeond_feature: str
+    beeond_bin: str
+    beeond_data_root: str
+    beeond_mount_root: str
+    beeond_state_dir: str
+    beeond_timeout_s: int
 
     def __init__(self, **values: object) -> None:
         for key, (_typ, default) in _SCHEMA.items():
             value = values.pop(key, default)
-            setattr(self, key, list(value) if isinstance(value, list) else value)
+            if isinstance(value, list):
+                value = list(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            setattr(self, key, value)
         if values:
             raise ConfigError(f"unknown configuration key(s): {', '.join(sorted(values))}")
 
@@ -110,6 +143,10 @@ class RuntimeConfig:
                 raise ConfigError(f"{source}: {key} must be a string")
             if typ is list and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise ConfigError(f"{source}: {key} must be a list of strings")
+            if typ is dict and not (
+                isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+            ):
+                raise ConfigError(f"{source}: {key} must be an object of strings")
             checked[key] = value
         cfg = cls(**checked)
         cfg.check(source)
@@ -120,12 +157,26 @@ class RuntimeConfig:
             raise ConfigError(f"{source}: gpu_check must be one of {', '.join(GPU_CHECK_MODES)}")
         if self.runtime not in ("apptainer", "none"):
             raise ConfigError(f"{source}: runtime must be 'apptainer' or 'none'")
-        for key in ("log_dir", "scratch_root", "cgroup_root"):
+        paths = ("log_dir", "scratch_root", "cgroup_root", "beeond_data_root", "beeond_mount_root", "beeond_state_dir")
+        for key in paths:
             if not os.path.isabs(getattr(self, key)):
                 raise ConfigError(f"{source}: {key} must be an absolute path")
         for path in self.dataset_dirs:
             if not os.path.isabs(path):
                 raise ConfigError(f"{source}: dataset_dirs entry {path!r} must be an absolute path")
+        for name, path in self.datasets.items():
+            if not DATASET_NAME_RE.match(name):
+                raise ConfigError(f"{source}: dataset name {name!r} must be letters, digits, '.', '_' or '-'")
+            if not os.path.isabs(path):
+                raise ConfigError(f"{source}: dataset {name} path {path!r} must be an absolute path")
+        if self.beeond_timeout_s <= 0:
+            raise ConfigError(f"{source}: beeond_timeout_s must be positive")
+
+    def all_dataset_dirs(self) -> list[str]:
+        """Every dataset directory bound read-only into sessions: ``dataset_dirs`` and the named ``datasets``."""
+        out = list(self.dataset_dirs)
+        out += [p for p in self.datasets.values() if p not in out]
+        return out
 
     @classmethod
     def load(cls, env: Mapping[str, str], path: str | None = None) -> RuntimeConfig:

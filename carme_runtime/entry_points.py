@@ -49,6 +49,25 @@ def epilog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
         return 0
 
 
+def task_prolog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Slurm ``TaskProlog=``: print ``export CARME_BEEOND=<mount>`` when the job's BeeOND is mounted here.
+
+    Runs as the job's user before each task; slurmd turns the printed ``export`` lines into the task's environment.
+    Never fails the task: any problem prints nothing.
+    """
+    _args(argv)
+    try:
+        from carme_runtime.beeond import task_prolog_lines
+        from carme_runtime.config import RuntimeConfig
+
+        e = _env(env)
+        for line in task_prolog_lines(e, RuntimeConfig.load(e), os.path.ismount):
+            print(line)
+    except Exception as exc:
+        sys.stderr.write(f"carme-task-prolog: ignored: {exc!r}\n")
+    return 0
+
+
 def launch_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """``carme-launch``: start the session app inside the job (see :mod:`carme_runtime.launch`)."""
     from carme_runtime.launch import main_argv_env

@@ -12,10 +12,13 @@ job); a non-zero ``Epilog=`` exit drains it too (both verified on Slurm 22.05.8,
   the log line in ``/var/log/carme/<jobid>.log`` gives the admin the details;
 * every other problem (unreadable cgroup, Slurm command failing, log dir not writable) is logged and the
   hook still exits 0.
+* a BeeOND instance the job asked for (``--constraint=beeond``, :mod:`carme_runtime.beeond`) that cannot start
+  fails the job the same way (AdminComment, ``scancel``), never the node.
 
 Slurm's documentation advises against calling Slurm commands from Prolog/Epilog; this module only does
 it on the rare mismatch path (prolog) and once per job for ``squeue`` in the epilog, which the
-leftover-process rule needs.
+leftover-process rule needs; on BeeOND nodes ``squeue`` also runs for a recorded instance that is still mounted
+after its job should have stopped it (the stale-instance check).
 """
 
 from __future__ import annotations
@@ -284,7 +287,12 @@ def _start_hook(hook: str, env: Mapping[str, str], skipped: str) -> _HookStart |
     return _HookStart(ctx, cfg, log_dir, head)
 
 
-def run_prolog(env: Mapping[str, str], runner: Runner) -> int:
+def run_prolog(
+    env: Mapping[str, str],
+    runner: Runner,
+    beeond_runner: Runner | None = None,
+    is_mounted: Callable[[str], bool] = os.path.ismount,
+) -> int:
     start = _start_hook("prolog", env, "checks skipped")
     if start is None:
         return ExitCode.OK
@@ -295,21 +303,35 @@ def run_prolog(env: Mapping[str, str], runner: Runner) -> int:
     gpus_s = (
         "none" if not allocated else ",".join(map(str, allocated)) if allocated is not None else "unparseable"
     )
+    cancelled = False
     if cfg.gpu_check == "off":
-        write_log(log_dir, str(ctx.job_id), f"{head} gpus={gpus_s} gpu_check=off result=ok")
-        return ExitCode.OK
-    check = gpu.check_job_isolation(cfg.cgroup_root, ctx.uid, ctx.job_id, allocated)
-    result = "ok"
-    if check.verdict == gpu.MISMATCH and cfg.gpu_check == "enforce":
-        result = fail_job(ctx.job_id, f"GPU isolation mismatch on {ctx.node or 'node'}", runner)
-    elif check.verdict == gpu.MISMATCH:
-        result = "warn-only"
-    write_log(
-        log_dir,
-        str(ctx.job_id),
-        f"{head} gpus={gpus_s} gpu_check={check.verdict} ({check.reason}) result={result}",
-    )
+        gpu_s, result = "gpu_check=off", "ok"
+    else:
+        check = gpu.check_job_isolation(cfg.cgroup_root, ctx.uid, ctx.job_id, allocated)
+        result = "ok"
+        if check.verdict == gpu.MISMATCH and cfg.gpu_check == "enforce":
+            result = fail_job(ctx.job_id, f"GPU isolation mismatch on {ctx.node or 'node'}", runner)
+            cancelled = True
+        elif check.verdict == gpu.MISMATCH:
+            result = "warn-only"
+        gpu_s = f"gpu_check={check.verdict} ({check.reason})"
+    beeond_s = ""
+    if cfg.beeond and not cancelled:
+        from carme_runtime import beeond
+
+        started = beeond.prolog(ctx, env, cfg, runner, beeond_runner or _beeond_runner(cfg), is_mounted=is_mounted)
+        beeond_s = f" beeond={started.outcome}"
+        if started.error:
+            # The user's job asked for something that could not be built: the job fails, the node stays in service.
+            result = fail_job(ctx.job_id, started.error, runner)
+    write_log(log_dir, str(ctx.job_id), f"{head} gpus={gpus_s} {gpu_s} result={result}{beeond_s}")
     return ExitCode.OK
+
+
+def _beeond_runner(cfg: RuntimeConfig) -> Runner:
+    from carme_runtime.command_runner import SubprocessRunner
+
+    return SubprocessRunner(timeout=float(cfg.beeond_timeout_s))
 
 
 def fail_job_argv(job_id: int, reason: str) -> list[list[str]]:
@@ -333,6 +355,8 @@ def run_epilog(
     runner: Runner,
     kill: Callable[[int, int], None] = os.kill,
     proc_root: str = "/proc",
+    beeond_runner: Runner | None = None,
+    is_mounted: Callable[[str], bool] = os.path.ismount,
 ) -> int:
     start = _start_hook("epilog", env, "cleanup skipped")
     if start is None:
@@ -343,5 +367,13 @@ def run_epilog(
     leftovers = "disabled"
     if cfg.kill_leftovers:
         leftovers = clean_leftovers(ctx, cfg.min_uid, runner, kill, proc_root)
-    write_log(log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}")
+    beeond_s = ""
+    if cfg.beeond:
+        from carme_runtime import beeond
+
+        stopped = beeond.epilog(ctx, env, cfg, runner, beeond_runner or _beeond_runner(cfg), is_mounted=is_mounted)
+        beeond_s = f" beeond={stopped}"
+    write_log(
+        log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}{beeond_s}"
+    )
     return ExitCode.OK

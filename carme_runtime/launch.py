@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Protocol
 
+from carme_runtime import datasets
 from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.exit_codes import ExitCode
@@ -241,7 +242,7 @@ class LaunchPlan:
 def make_runtime(name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "") -> Runtime:
     """The session's runtime; ``socket_dir`` (the 0700 directory of a socket app's Unix socket) may be bound."""
     if name == "apptainer":
-        allowed = default_allow_list(home, config.scratch_root, config.dataset_dirs)
+        allowed = default_allow_list(home, config.scratch_root, config.all_dataset_dirs())
         if socket_dir:
             allowed.append(AllowedBind(socket_dir))
         return ApptainerRuntime(allowed)
@@ -306,7 +307,7 @@ def plan_launch(
     image = env.get("CARME_IMAGE", "")
     socket_bind = socket_dir if app.isolation == "socket" else ""  # the app listens there, inside a container too
     runtime = make_runtime(runtime_name, image, config, home, socket_bind)
-    binds: list[Bind] = default_binds(home, scratch, config.dataset_dirs)
+    binds: list[Bind] = default_binds(home, scratch, config.all_dataset_dirs())
     if socket_bind:
         binds.append(Bind(socket_bind, socket_bind))
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
@@ -325,7 +326,7 @@ def plan_launch(
             python=sys.executable,
         )
     base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
-    proc_env = runtime.environment(rendered.env, base)
+    proc_env = runtime.environment({**rendered.env, **datasets.session_env(home, config.datasets)}, base)
     return LaunchPlan(
         job_id=job_id,
         app=app,
@@ -519,6 +520,8 @@ def launch_from_env(
         return ExitCode.ERROR
     if host.startswith("127.") and not config.bind_address:
         say(f"warning: the hostname resolves to {host}; set bind_address so the portal can reach the app")
+    for note in datasets.link_datasets(home, config.datasets):
+        say(f"datasets: {note}")
     try:
         return run_launch(
             plan,

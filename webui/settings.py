@@ -121,3 +121,10 @@ QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0
 QUOTA_DEFAULT_MAX_GPUS_PER_SESSION = 4
 QUOTA_DEFAULT_MAX_SESSIONS = 2
 QUOTA_DEFAULT_MAX_TIME_MINUTES = 12 * 60
+
+# --- Storage (webui/storage.py) -------------------------------------------------------
+# Datasets shown in the start form: [{"name", "path", "readonly", "description"}] (the inventory's carme_datasets).
+DATASETS: tuple[dict[str, object], ...] = ()
+# "beegfs": show each user's BeeGFS quota (beegfs-ctl --getquota) beside GPU-hours; "": not available.
+STORAGE_QUOTA = ""
+STORAGE_QUOTA_COMMAND = ("beegfs-ctl",)

@@ -137,8 +137,10 @@ def render(
     ansible_args: Sequence[str] = (),
     json_output: bool = False,
     timeout: float = 600,
+    playbook: Path = RENDER_PLAYBOOK,
 ) -> RenderResult:
-    """Render the four Slurm files for ``inventory`` into ``out_dir``; never raises on a failed run."""
+    """Render the four Slurm files for ``inventory`` into ``out_dir`` (or what ``playbook`` renders, e.g.
+    ``tests/roles/render_beegfs.yml``); never raises on a failed run."""
     variables: dict[str, Any] = {
         "out_dir": str(out_dir),
         "ansible_connection": "local",
@@ -152,7 +154,7 @@ def render(
         fh.flush()
         argv = [
             _ansible_bin("ansible-playbook"),
-            str(RENDER_PLAYBOOK),
+            str(playbook),
             "-i",
             str(inventory),
             "-e",

@@ -21,6 +21,8 @@ SECRET_FILES = {
     "{{ munge_key }}": "the munge key",
     "{{ carme_webui_slurm_jwt_key_source }}": "the Slurm JWT key",
     "-portal.key": "the portal's TLS key",
+    "{{ beegfs_server_conn_auth_secret }}": "the BeeGFS connection-authentication secret (servers)",
+    "{{ beegfs_client_conn_auth_secret }}": "the BeeGFS connection-authentication secret (clients)",
 }
 TEMPLATE_WORDS = ("password", "StoragePass", "SECRET_KEY", "authtok")
 

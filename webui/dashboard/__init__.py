@@ -10,6 +10,7 @@ from flask import render_template
 from markupsafe import Markup
 
 from webui import session_service
+from webui import storage
 from webui.cluster_state import ClusterState
 from webui.security import current_user
 from webui.security import login_required
@@ -47,5 +48,6 @@ def index() -> Any:
         other_jobs=other_jobs,
         usage_card=usage_card(state),
         quota=session_service.quota_view(user.username, cached=True),
+        storage_quota=storage.quota_view(user.username),
         news=session_service.latest_news(),
     )

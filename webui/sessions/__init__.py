@@ -15,6 +15,7 @@ from werkzeug.wrappers import Response
 
 from webui import app_origin
 from webui import session_service
+from webui import storage
 from webui.extensions import db
 from webui.forms import FieldError
 from webui.security import current_user
@@ -36,6 +37,7 @@ def _form_context(username: str) -> dict[str, Any]:
         "partitions": state.partitions,
         "default_partition": partition,
         "limits": session_service.form_limits(username, state, partition),
+        "datasets": storage.datasets(),
     }
 
 
