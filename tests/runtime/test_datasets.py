@@ -79,7 +79,9 @@ def test_none_runtime_session_gets_the_links_directory(tmp_path: Path) -> None:
 def test_apptainer_session_binds_every_dataset_read_only(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     env = job_env(tmp_path, CARME_APP="jupyterlab", CARME_RUNTIME="apptainer", CARME_IMAGE="/opt/images/x.sif")
-    plan = launch.plan_launch(env, load_apps([]), _config(tmp_path), home=home, host="10.0.0.5", port=41234)
+    plan = launch.plan_launch(
+        env, load_apps([]), _config(tmp_path), home=home, host="10.0.0.5", port=41234, socket_dir=str(tmp_path / "s")
+    )
     binds = [b for i, a in enumerate(plan.argv) if a == "--bind" for b in plan.argv[i + 1].split(",")]
     assert "/srv/legacy:/srv/legacy:ro" in binds
     assert "/srv/datasets/demo-samples:/srv/datasets/demo-samples:ro" in binds
