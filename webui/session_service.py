@@ -169,7 +169,11 @@ def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
     policy = effective_policy(username, cached=cached)
     used = gpu_hours_used(username, cached=cached)
+    from webui import reservation_service
+
+    reserved = reservation_service.reserved_gpu_hours(username)
     return {
+        "reserved_gpu_hours": None if reserved is None else round(reserved, 2),
         "used_gpu_hours": None if used is None else round(used, 2),
         "limit_gpu_hours": policy.gpu_hours_per_month,
         "percent": None
@@ -266,9 +270,22 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         partition = default_partition(state)
     else:
         partition = forms.choice(form, "partition", partitions)
+    reservation = None
+    if form.get("reservation"):  # one of the user's reservations that hold nodes now (issue 16)
+        from webui import reservation_service
+
+        held = {r.name: r for r in reservation_service.active_reservations(user.username)}
+        reservation = held.get(forms.choice(form, "reservation", list(held)))
+        if reservation is not None and reservation.partition in partitions:
+            partition = reservation.partition
     limits = form_limits(user.username, state, partition)
     gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
+    if reservation is not None:  # the session ends when the reservation ends (the dashboard says so)
+        left = int((reservation.end - utcnow()).total_seconds() // 60)
+        if left < 1:
+            raise forms.FieldError("reservation", "ends in less than a minute")
+        time_minutes = min(time_minutes, left)
 
     active = [
         ps for ps in my_portal_sessions(user.username) if (job := state.job(ps.job_id)) is not None and job.active
@@ -309,6 +326,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
         runtime="none" if image.kind == "environment" else "apptainer",
         limits=runtime_limits,
+        reservation=reservation.name if reservation is not None else None,
     )
     secret = secrets.token_urlsafe(32)
     try:
@@ -325,6 +343,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         time_minutes=time_minutes,
         secret=secret,
         created_at=utcnow(),
+        reservation=spec.reservation,
     )
     db.session.add(record)
     audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition)
@@ -460,6 +479,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "state": job.state,
                 "reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
+                "reservation": ps.reservation,
                 "nodes": list(job.nodes),
                 "ready": ready,
                 "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
@@ -483,6 +503,7 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
         "state": "UNKNOWN",
         "reason": "scheduler unreachable",
         "seconds_left": None,
+        "reservation": ps.reservation,
         "nodes": [],
         "ready": False,
         "connect_url": None,

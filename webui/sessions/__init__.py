@@ -14,6 +14,7 @@ from flask import url_for
 from werkzeug.wrappers import Response
 
 from webui import app_origin
+from webui import reservation_service
 from webui import session_service
 from webui.extensions import db
 from webui.forms import FieldError
@@ -36,6 +37,7 @@ def _form_context(username: str) -> dict[str, Any]:
         "partitions": state.partitions,
         "default_partition": partition,
         "limits": session_service.form_limits(username, state, partition),
+        "reservations": reservation_service.active_reservations(username),
     }
 
 
