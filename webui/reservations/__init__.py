@@ -67,6 +67,8 @@ def _context(view: str) -> dict[str, Any]:
         "policy": svc.policy(),
         "timezone": str(svc.zone()),
         "has_feed": svc.has_calendar_token(user.username),
+        "live": {r.name for r in state.reservations},
+        "now": utcnow(),
     }
 
 
