@@ -480,6 +480,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
                 "reservation": ps.reservation,
+                "ends_at": _ends_at(job),
                 "nodes": list(job.nodes),
                 "ready": ready,
                 "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
@@ -490,6 +491,14 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
     if changed:
         db.session.commit()
     return out
+
+
+def _ends_at(job: Job) -> str | None:
+    """When a running job reaches its time limit (UTC, HH:MM), for the dashboard."""
+    if job.state != "RUNNING" or not job.start_time or not job.time_limit_minutes:
+        return None
+    end = dt.datetime.fromtimestamp(job.start_time + job.time_limit_minutes * 60, dt.UTC)
+    return end.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _unknown_view(ps: PortalSession) -> dict[str, Any]:
@@ -504,6 +513,7 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
         "reason": "scheduler unreachable",
         "seconds_left": None,
         "reservation": ps.reservation,
+        "ends_at": None,
         "nodes": [],
         "ready": False,
         "connect_url": None,

@@ -252,7 +252,7 @@ def test_a_session_in_the_users_reservation_is_submitted_with_it_and_ends_with_i
     assert 88 <= payload["job"]["time_limit"] <= 90  # capped at the reservation's end, not the 240 asked for
     fake_scheduler.run(max(fake_scheduler.jobs))
     page = client.get("/").get_data(as_text=True)
-    assert "ends with reservation carme-alice-7" in page
+    assert re.search(r"ends with reservation carme-alice-7, at \d{4}-\d\d-\d\d \d\d:\d\d UTC", page), page
     resp = post(client, "/sessions/new", SESSION)  # without one: no reservation field at all
     assert "reservation" not in fake_scheduler.submitted[-1][2]["job"]
 
