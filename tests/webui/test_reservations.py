@@ -286,7 +286,8 @@ def test_the_icalendar_feed_parses_back_and_its_url_is_revocable(
 ) -> None:
     fake_reservations.nodes = ("gpu01", "gpu02")
     log_in_as(app, client, "alice")
-    post(client, "/reservations/request", form(purpose='Lab, "week 3"; bring data\\x'))
+    purpose = 'Lab, "week 3"; bring data\\x ' + "Übung " * 25  # folded over several lines, multi-byte
+    post(client, "/reservations/request", form(purpose=purpose.strip()))
     log_in_as(app, client, "bob")
     post(client, "/reservations/request", form(purpose="bob's"))
     log_in_as(app, client, "alice")
@@ -300,7 +301,9 @@ def test_the_icalendar_feed_parses_back_and_its_url_is_revocable(
     (event,) = cal.walk("VEVENT")
     assert str(event["UID"]).startswith("carme-alice-1@")
     assert str(event["SUMMARY"]) == "GPU reservation carme-alice-1"
-    assert str(event["DESCRIPTION"]).startswith('Lab, "week 3"; bring data\\x\nNodes: gpu0')
+    assert str(event["DESCRIPTION"]).startswith(purpose.strip() + "\nNodes: gpu0")
+    raw = feed.get_data()
+    assert all(len(line) <= 75 for line in raw.split(b"\r\n")) and b"\r\n " in raw  # RFC 5545 folding
     start, end = event.decoded("DTSTART"), event.decoded("DTEND")
     assert start.strftime("%H:%M") == "10:00" and (end - start) == dt.timedelta(hours=2) and start.tzinfo is not None
     assert app.test_client().get(path.replace("/alice/", "/bob/")).status_code == 404
