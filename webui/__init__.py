@@ -80,6 +80,9 @@ def register_extensions(app: Flask) -> None:
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
     app.extensions["carme_view_cache"] = TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
+    from webui import reservations_slurm
+
+    app.extensions["carme_reservations"] = reservations_slurm.from_config(app.config)
 
 
 def register_blueprints(app: Flask) -> None:
@@ -87,6 +90,7 @@ def register_blueprints(app: Flask) -> None:
     from webui.api import bp as api_bp
     from webui.auth import bp as auth_bp
     from webui.dashboard import bp as dashboard_bp
+    from webui.reservations import bp as reservations_bp
     from webui.sessions import bp as sessions_bp
 
     app.register_blueprint(auth_bp)
@@ -94,6 +98,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(sessions_bp)
     app.register_blueprint(admin_bp)
     app.register_blueprint(api_bp)
+    app.register_blueprint(reservations_bp)
 
 
 def register_fetch_metadata_policy(app: Flask) -> None:
@@ -215,3 +220,9 @@ def register_template_helpers(app: Flask) -> None:
             return "-"
         hours, rest = divmod(int(seconds), 3600)
         return f"{hours}:{rest // 60:02d} h"
+
+    @app.template_filter("tz")
+    def _tz(name: str) -> Any:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(name)

@@ -132,6 +132,7 @@ class PortalSession(Base):
     secret: Mapped[str] = mapped_column(String(128), nullable=False)  # "" once the session ended
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    reservation: Mapped[str | None] = mapped_column(String(100))  # the Slurm reservation it runs in, if any
 
 
 class News(Base):
@@ -175,6 +176,40 @@ class QuotaPolicy(Base):
     max_time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
+class ReservationRequest(Base):
+    """A user's request for a GPU reservation and the decision on it (issue 16). The reservation itself lives in
+    Slurm (``name``, created when the request is approved); every decision is also in the audit log."""
+
+    __tablename__ = "reservation_request"
+    __table_args__ = (Index("ix_reservation_request_user_start", "username", "start_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+    start_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    end_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    purpose: Mapped[str] = mapped_column(String(200), nullable=False)
+    public: Mapped[bool] = mapped_column(Boolean, default=False, nullable=False)
+    # pending, approved (the Slurm reservation was created), declined, failed (Slurm refused), cancelled
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    name: Mapped[str | None] = mapped_column(String(100))  # the Slurm reservation's name once approved
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    decided_by: Mapped[str | None] = mapped_column(String(64))  # a user name, or "policy" for auto-approval
+    decided_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str] = mapped_column(Text, default="", nullable=False)  # the decision's reason, or Slurm's
+
+
+class CalendarToken(Base):
+    """A user's iCalendar feed token: only its SHA-256 is kept; deleting the row revokes the feed URL."""
+
+    __tablename__ = "calendar_token"
+
+    username: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+
+
 class AuditLog(Base):
     __tablename__ = "audit_log"
     __table_args__ = (Index("ix_audit_log_time", "time"),)
@@ -191,11 +226,13 @@ __all__ = [
     "AppTicket",
     "AuditLog",
     "Base",
+    "CalendarToken",
     "ImageCatalog",
     "Login",
     "LoginAttempt",
     "News",
     "PortalSession",
     "QuotaPolicy",
+    "ReservationRequest",
     "User",
 ]

@@ -169,7 +169,11 @@ def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
     policy = effective_policy(username, cached=cached)
     used = gpu_hours_used(username, cached=cached)
+    from webui import reservation_service
+
+    reserved = reservation_service.reserved_gpu_hours(username)
     return {
+        "reserved_gpu_hours": None if reserved is None else round(reserved, 2),
         "used_gpu_hours": None if used is None else round(used, 2),
         "limit_gpu_hours": policy.gpu_hours_per_month,
         "percent": None
@@ -274,9 +278,22 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         partition = default_partition(state)
     else:
         partition = forms.choice(form, "partition", partitions)
+    reservation = None
+    if form.get("reservation"):  # one of the user's reservations that hold nodes now (issue 16)
+        from webui import reservation_service
+
+        held = {r.name: r for r in reservation_service.active_reservations(user.username)}
+        reservation = held.get(forms.choice(form, "reservation", list(held)))
+        if reservation is not None and reservation.partition in partitions:
+            partition = reservation.partition
     limits = form_limits(user.username, state, partition)
     gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
+    if reservation is not None:  # the session ends when the reservation ends (the dashboard says so)
+        left = int((reservation.end - utcnow()).total_seconds() // 60)
+        if left < 1:
+            raise forms.FieldError("reservation", "ends in less than a minute")
+        time_minutes = min(time_minutes, left)
 
     active = _active_sessions(user.username, state)
     if len(active) >= limits["max_sessions"]:
@@ -318,6 +335,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
         runtime="none" if image.kind == "environment" else "apptainer",
         limits=runtime_limits,
+        reservation=reservation.name if reservation is not None else None,
     )
     secret = secrets.token_urlsafe(32)
     try:
@@ -334,6 +352,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         time_minutes=time_minutes,
         secret=secret,
         created_at=utcnow(),
+        reservation=spec.reservation,
     )
     db.session.add(record)
     audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition)
@@ -469,6 +488,8 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "state": job.state,
                 "reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
+                "reservation": ps.reservation,
+                "ends_at": _ends_at(job),
                 "nodes": list(job.nodes),
                 "ready": ready,
                 "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
@@ -479,6 +500,14 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
     if changed:
         db.session.commit()
     return out
+
+
+def _ends_at(job: Job) -> str | None:
+    """When a running job reaches its time limit (UTC, HH:MM), for the dashboard."""
+    if job.state != "RUNNING" or not job.start_time or not job.time_limit_minutes:
+        return None
+    end = dt.datetime.fromtimestamp(job.start_time + job.time_limit_minutes * 60, dt.UTC)
+    return end.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _unknown_view(ps: PortalSession) -> dict[str, Any]:
@@ -492,6 +521,8 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
         "state": "UNKNOWN",
         "reason": "scheduler unreachable",
         "seconds_left": None,
+        "reservation": ps.reservation,
+        "ends_at": None,
         "nodes": [],
         "ready": False,
         "connect_url": None,

@@ -48,6 +48,7 @@ class SessionSpec:
     account: str | None = None
     workdir: str = ""
     limits: SessionLimits = field(default_factory=SessionLimits)
+    reservation: str | None = None  # a Slurm reservation of the user's (issue 16)
 
 
 APPS_CACHE_SECONDS = 60.0
@@ -92,6 +93,11 @@ def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], l
     )
     try:
         req.validate(limits)
-        return dict(build_rest_payload(req, app, spec.runtime, secret))
+        payload = dict(build_rest_payload(req, app, spec.runtime, secret))
     except ValidationError as exc:
         raise SessionInvalid(exc.field, exc.message) from exc
+    if spec.reservation:
+        job = payload["job"]
+        assert isinstance(job, dict)
+        job["reservation"] = spec.reservation  # slurmrestd v0.0.38 job field; Slurm checks the user may use it
+    return payload

@@ -128,3 +128,19 @@ DATASETS: tuple[dict[str, object], ...] = ()
 # "beegfs": show each user's BeeGFS quota (beegfs-ctl --getquota) beside GPU-hours; "": not available.
 STORAGE_QUOTA = ""
 STORAGE_QUOTA_COMMAND = ("beegfs-ctl",)
+
+# --- Reservations (issue 16; webui/reservation_policy.py, docs/portal.md "Reservations") ---------------------
+RESERVATION_MAX_GPUS = 2  # per request, all nodes together
+RESERVATION_MAX_NODES = 1
+RESERVATION_MAX_GPU_HOURS_PER_MONTH = 48.0  # reserved GPU-hours per user and month approved without an admin
+RESERVATION_MAX_DAYS_AHEAD = 30
+RESERVATION_MIN_MINUTES = 30
+RESERVATION_MAX_MINUTES = 8 * 60
+RESERVATION_AUTO_APPROVE = True  # False: an administrator decides every request
+RESERVATION_PARTITION: str | None = None  # the partition whose nodes are reserved; None: the sessions' default
+# How the portal runs scontrol (as its own Unix user, a Slurm Operator): slurmrestd 22.05 cannot create reservations.
+SLURM_SCONTROL = ("scontrol",)
+SLURM_CONF_FILE: str | None = None  # SLURM_CONF for scontrol; None: scontrol's default (/etc/slurm/slurm.conf)
+# A ready object implementing webui.reservations_slurm.Reservations (test_config only).
+RESERVATIONS: object | None = None
+RESERVATION_TIMEZONE = "UTC"  # the forms and the calendar speak this zone

@@ -36,6 +36,9 @@ from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import User
+from webui.reservations_slurm import Reservation
+from webui.reservations_slurm import ReservationSpec
+from webui.reservations_slurm import ReservationState
 from webui.security import start_login
 from webui.session_spec import SessionSpec
 from webui.session_spec import build_payload
@@ -152,6 +155,52 @@ def fake_scheduler() -> FakeScheduler:
     return FakeScheduler()
 
 
+class FakeReservations:
+    """In-memory Slurm reservations (webui.reservations_slurm.Reservations): ``create`` refuses an overlap on a
+    node the way Slurm does (its message is the one Slurm 22.05 gives, tests/integration/test_reservations.py)."""
+
+    def __init__(self, nodes: tuple[str, ...] = ("gpu01",)) -> None:
+        self.nodes = nodes
+        self.items: dict[str, Reservation] = {}
+        self.created: list[ReservationSpec] = []
+        self.error: str | None = None
+
+    def state(self, max_age: float | None = None) -> ReservationState:
+        if self.error:
+            return ReservationState(error=self.error)
+        return ReservationState(tuple(self.items.values()), fetched_at=1.0)
+
+    def create(self, spec: ReservationSpec) -> str:
+        free = [
+            n
+            for n in self.nodes
+            if not any(n in r.nodes and r.start < spec.end and spec.start < r.end for r in self.items.values())
+        ]
+        if len(free) < spec.node_count:
+            raise SlurmError("Error creating the reservation: Requested nodes are busy")
+        self.created.append(spec)
+        self.items[spec.name] = Reservation(
+            spec.name,
+            spec.start,
+            spec.end,
+            users=(spec.user,),
+            nodes=tuple(free[: spec.node_count]),
+            node_count=spec.node_count,
+            partition=spec.partition or "",
+        )
+        return f"Reservation created: {spec.name}"
+
+    def delete(self, name: str) -> None:
+        if name not in self.items:
+            raise SlurmError("Reservation not found")
+        del self.items[name]
+
+
+@pytest.fixture
+def fake_reservations() -> FakeReservations:
+    return FakeReservations()
+
+
 def portal_db() -> str:
     """Where the portal tests keep their data: ``mariadb`` (a fresh database per test on the host fixture's MariaDB,
     the one slurmdbd uses, with a database user of its own), as deployments run, or ``sqlite`` (a file per test).
@@ -218,8 +267,10 @@ def make_app(config: Mapping[str, Any]) -> Flask:
 
 
 @pytest.fixture
-def app(base_config: dict[str, Any], fake_scheduler: FakeScheduler) -> Iterator[Flask]:
-    application = make_app({**base_config, "SCHEDULER": fake_scheduler})
+def app(
+    base_config: dict[str, Any], fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
+) -> Iterator[Flask]:
+    application = make_app({**base_config, "SCHEDULER": fake_scheduler, "RESERVATIONS": fake_reservations})
     yield application
     with application.app_context():
         db.engine.dispose()

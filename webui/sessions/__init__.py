@@ -14,6 +14,7 @@ from flask import url_for
 from werkzeug.wrappers import Response
 
 from webui import app_origin
+from webui import reservation_service
 from webui import session_service
 from webui import storage
 from webui.extensions import db
@@ -38,6 +39,7 @@ def _form_context(username: str) -> dict[str, Any]:
         "default_partition": partition,
         "limits": session_service.form_limits(username, state, partition),
         "datasets": storage.datasets(),
+        "reservations": reservation_service.active_reservations(username),
     }
 
 

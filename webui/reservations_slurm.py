@@ -1,0 +1,221 @@
+"""Slurm reservations: read through slurmrestd, created and deleted with ``scontrol`` (issue 16).
+
+Slurm is the source of truth: the calendar shows what ``GET /slurm/v0.0.38/reservations`` returns (cached like the
+rest of the scheduler state), so a reservation deleted with ``scontrol`` is gone from it at the next refresh.
+
+slurmrestd 22.05 has no endpoint that creates reservations, so an approved request becomes one through
+``scontrol create reservation`` with an argv list (no shell), run as the portal's own Unix user, which must be a Slurm
+Operator (``slurm_users``: ``admin_level: Operator``; the admin stop of sessions needs the same). Slurm 22.05 refuses
+GPUs in a reservation's TRES ("TRES type 'gres/gpu' not supported with reservations", checked on the host Slurm in
+tests/integration/test_reservations.py): a reservation holds whole nodes (``NodeCnt``), and all their GPUs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Protocol
+
+from carme_runtime.hostlist import expand_hostlist
+from webui.slurmrestd import API
+from webui.slurmrestd import SlurmClient
+from webui.slurmrestd import SlurmError
+from webui.slurmrestd_records import int_field
+
+#: Names the portal gives its reservations: ``carme-<user>-<request id>``.
+NAME_PATTERN = re.compile(r"^carme-([a-z_][a-z0-9_.-]{0,31})-(\d{1,12})$")
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,\[\]-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One Slurm reservation, as slurmrestd reports it."""
+
+    name: str
+    start: dt.datetime
+    end: dt.datetime
+    users: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    node_count: int = 0
+    partition: str = ""
+    flags: tuple[str, ...] = ()
+
+    def is_for(self, username: str) -> bool:
+        return username in self.users
+
+    def active(self, now: dt.datetime) -> bool:
+        return self.start <= now < self.end
+
+    def request_id(self) -> int | None:
+        """The portal request this reservation was made for (from its name), if any."""
+        match = NAME_PATTERN.match(self.name)
+        return int(match.group(2)) if match else None
+
+
+@dataclass(frozen=True)
+class ReservationState:
+    reservations: tuple[Reservation, ...] = ()
+    fetched_at: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ReservationSpec:
+    """What ``scontrol create reservation`` is asked for."""
+
+    name: str
+    user: str
+    start: dt.datetime
+    end: dt.datetime
+    node_count: int
+    partition: str | None = None
+
+
+def _epoch(value: Any) -> dt.datetime:
+    return dt.datetime.fromtimestamp(int_field(value), dt.UTC)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if v)
+    return tuple(v for v in str(value or "").split(",") if v and v != "(null)")
+
+
+def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
+    nodes = str(raw.get("node_list") or "")
+    return Reservation(
+        name=str(raw.get("name") or ""),
+        start=_epoch(raw.get("start_time")),
+        end=_epoch(raw.get("end_time")),
+        users=_names(raw.get("users")),
+        nodes=tuple(expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
+        node_count=int_field(raw.get("node_count")),
+        partition=str(raw.get("partition") or ""),
+        flags=tuple(str(f).upper() for f in raw.get("flags") or []),
+    )
+
+
+def _slurm_time(when: dt.datetime) -> str:
+    """scontrol reads times in the local time zone of the host it runs on (the portal's, next to slurmctld)."""
+    return when.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def create_argv(spec: ReservationSpec, now: dt.datetime) -> list[str]:
+    """The ``scontrol create reservation`` arguments for ``spec`` (each value checked: no spaces, no ``=``)."""
+    values = [spec.name, spec.user] + ([spec.partition] if spec.partition else [])
+    for value in values:
+        if not SAFE_VALUE.fullmatch(value):
+            raise SlurmError(f"refusing to pass {value!r} to scontrol")
+    start = "now" if spec.start <= now else _slurm_time(spec.start)
+    argv = [
+        "create",
+        "reservation",
+        f"ReservationName={spec.name}",
+        f"StartTime={start}",
+        f"EndTime={_slurm_time(spec.end)}",
+        f"Users={spec.user}",
+        f"NodeCnt={int(spec.node_count)}",
+    ]
+    if spec.partition:
+        argv.append(f"PartitionName={spec.partition}")
+    return argv
+
+
+class Reservations(Protocol):
+    def state(self, max_age: float | None = None) -> ReservationState: ...
+
+    def create(self, spec: ReservationSpec) -> str:
+        """Create the reservation; :class:`SlurmError` carries Slurm's own refusal."""
+        ...
+
+    def delete(self, name: str) -> None: ...
+
+
+Runner = Callable[[Sequence[str], Mapping[str, str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=30, check=False)
+
+
+@dataclass
+class SlurmReservations:
+    """Reads through slurmrestd as the service user, at most once per ``cache_seconds``; writes with scontrol."""
+
+    client: SlurmClient
+    service_user: str
+    cache_seconds: float
+    scontrol: Sequence[str] = ("scontrol",)
+    slurm_conf: str | None = None
+    runner: Runner = _run
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _state: ReservationState | None = None
+    _stamp: float = 0.0
+
+    def state(self, max_age: float | None = None) -> ReservationState:
+        limit = self.cache_seconds if max_age is None else min(self.cache_seconds, max_age)
+        with self._lock:  # single flight: one refresh per process at a time
+            if self._state is not None and time.monotonic() - self._stamp < limit:
+                return self._state
+            try:
+                doc = self.client.request("GET", f"{API}/reservations", self.service_user)
+                records = [r for r in doc.get("reservations") or [] if isinstance(r, Mapping)]
+                new = ReservationState(tuple(parse_reservation(r) for r in records), time.time())
+            except SlurmError as exc:
+                old = self._state or ReservationState()
+                new = ReservationState(old.reservations, old.fetched_at, error=str(exc))
+            self._state, self._stamp = new, time.monotonic()
+            return new
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._stamp = -1e9
+
+    def _scontrol(self, args: Sequence[str]) -> str:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        try:
+            proc = self.runner([*self.scontrol, *args], env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"scontrol could not be run: {exc}") from exc
+        if proc.returncode != 0:
+            # Slurm's own words (overlap, nodes busy), shown to the user as they are (templates escape them).
+            raise SlurmError((proc.stderr or proc.stdout or "scontrol failed").strip())
+        return proc.stdout.strip()
+
+    def create(self, spec: ReservationSpec) -> str:
+        out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC)))
+        self.invalidate()
+        return out
+
+    def delete(self, name: str) -> None:
+        if not SAFE_VALUE.fullmatch(name):
+            raise SlurmError(f"refusing to pass {name!r} to scontrol")
+        self._scontrol(["delete", f"ReservationName={name}"])
+        self.invalidate()
+
+
+def from_config(config: Mapping[str, Any]) -> Reservations:
+    ready = config.get("RESERVATIONS")
+    if ready is not None:
+        return ready  # type: ignore[no-any-return]
+    from webui.slurmrestd import make_client
+
+    return SlurmReservations(
+        make_client(config),
+        service_user=str(config["SLURM_SERVICE_USER"]),
+        cache_seconds=float(config["SCHEDULER_CACHE_SECONDS"]),
+        scontrol=tuple(config["SLURM_SCONTROL"]),
+        slurm_conf=config.get("SLURM_CONF_FILE") or None,
+    )
