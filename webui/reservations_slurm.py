@@ -138,6 +138,10 @@ class Reservations(Protocol):
         """Create the reservation; :class:`SlurmError` carries Slurm's own refusal."""
         ...
 
+    def last(self, error: str) -> ReservationState:
+        """What is known without asking Slurm, flagged with ``error``."""
+        ...
+
     def delete(self, name: str) -> None: ...
 
 
@@ -176,6 +180,11 @@ class SlurmReservations:
                 new = ReservationState(old.reservations, old.fetched_at, error=str(exc))
             self._state, self._stamp = new, time.monotonic()
             return new
+
+    def last(self, error: str) -> ReservationState:
+        with self._lock:
+            old = self._state or ReservationState()
+        return ReservationState(old.reservations, old.fetched_at, error=error)
 
     def invalidate(self) -> None:
         with self._lock:

@@ -164,11 +164,16 @@ class FakeReservations:
         self.items: dict[str, Reservation] = {}
         self.created: list[ReservationSpec] = []
         self.error: str | None = None
+        self.last_errors: list[str] = []  # calls of last(): the scheduler was failing, Slurm was not asked
 
     def state(self, max_age: float | None = None) -> ReservationState:
         if self.error:
             return ReservationState(error=self.error)
         return ReservationState(tuple(self.items.values()), fetched_at=1.0)
+
+    def last(self, error: str) -> ReservationState:
+        self.last_errors.append(error)
+        return ReservationState(tuple(self.items.values()), fetched_at=1.0, error=error)
 
     def create(self, spec: ReservationSpec) -> str:
         free = [

@@ -281,6 +281,19 @@ def test_reserved_gpu_hours_show_on_the_quota_card(app: Flask, client: Any) -> N
     assert ("2.0 GPU-hours reserved this month" in page) is tomorrow_same_month
 
 
+def test_while_the_scheduler_fails_slurm_is_not_asked_again_for_reservations(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
+) -> None:
+    """A slurmctld outage must cost the dashboard one client timeout, not one per kind of record."""
+    log_in_as(app, client, "alice")
+    fake_scheduler.error = "Slurm is not answering right now."
+    fake_reservations.error = "must not be asked"  # state() would carry this; last() does not
+    resp = client.get("/")
+    assert resp.status_code == 200
+    assert fake_reservations.last_errors and all(e == fake_scheduler.error for e in fake_reservations.last_errors)
+    assert "must not be asked" not in resp.get_data(as_text=True)
+
+
 def test_the_icalendar_feed_parses_back_and_its_url_is_revocable(
     app: Flask, client: Any, fake_reservations: FakeReservations
 ) -> None:
