@@ -31,7 +31,7 @@ _SCHEMA: dict[str, tuple[type, object]] = {
     "dataset_dirs": (list, []),
     "bind_address": (str, ""),  # "" = the address of the node's hostname
     "apps_dirs": (list, ["/etc/carme/apps.d"]),
-    "runtime": (str, "apptainer"),  # apptainer | none
+    "runtime": (str, "apptainer"),  # apptainer | charliecloud | none
     "env_prefix": (str, ""),  # NoneRuntime: venv/conda prefix
     "ready_timeout_s": (int, 300),
 }
@@ -118,8 +118,8 @@ class RuntimeConfig:
     def check(self, source: str) -> None:
         if self.gpu_check not in GPU_CHECK_MODES:
             raise ConfigError(f"{source}: gpu_check must be one of {', '.join(GPU_CHECK_MODES)}")
-        if self.runtime not in ("apptainer", "none"):
-            raise ConfigError(f"{source}: runtime must be 'apptainer' or 'none'")
+        if self.runtime not in ("apptainer", "charliecloud", "none"):
+            raise ConfigError(f"{source}: runtime must be 'apptainer', 'charliecloud' or 'none'")
         for key in ("log_dir", "scratch_root", "cgroup_root"):
             if not os.path.isabs(getattr(self, key)):
                 raise ConfigError(f"{source}: {key} must be an absolute path")

@@ -60,6 +60,7 @@ from carme_runtime.runtimes import AllowedBind
 from carme_runtime.runtimes import ApptainerRuntime
 from carme_runtime.runtimes import Bind
 from carme_runtime.runtimes import BindNotAllowed
+from carme_runtime.runtimes import CharliecloudRuntime
 from carme_runtime.runtimes import NoneRuntime
 from carme_runtime.runtimes import default_allow_list
 from carme_runtime.runtimes import default_binds
@@ -238,12 +239,16 @@ class LaunchPlan:
     app_socket: str = ""
 
 
-def make_runtime(name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "") -> Runtime:
+def make_runtime(
+    name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "", user: str = ""
+) -> Runtime:
     """The session's runtime; ``socket_dir`` (the 0700 directory of a socket app's Unix socket) may be bound."""
-    if name == "apptainer":
+    if name in ("apptainer", "charliecloud"):
         allowed = default_allow_list(home, config.scratch_root, config.dataset_dirs)
         if socket_dir:
             allowed.append(AllowedBind(socket_dir))
+        if name == "charliecloud":
+            return CharliecloudRuntime(allowed, home=home, user=user or _user_name())
         return ApptainerRuntime(allowed)
     if name == "none":
         return NoneRuntime(image or config.env_prefix)
@@ -305,13 +310,16 @@ def plan_launch(
     runtime_name = env.get("CARME_RUNTIME") or config.runtime
     image = env.get("CARME_IMAGE", "")
     socket_bind = socket_dir if app.isolation == "socket" else ""  # the app listens there, inside a container too
-    runtime = make_runtime(runtime_name, image, config, home, socket_bind)
+    runtime = make_runtime(runtime_name, image, config, home, socket_bind, env.get("USER", ""))
     binds: list[Bind] = default_binds(home, scratch, config.dataset_dirs)
     if socket_bind:
         binds.append(Bind(socket_bind, socket_bind))
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
     try:
-        argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
+        if isinstance(runtime, CharliecloudRuntime):  # the working directory is set inside the container
+            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env, workdir=workdir)
+        else:
+            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
     except (BindNotAllowed, ValueError) as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
     if app.isolation == "netns":
@@ -340,6 +348,12 @@ def plan_launch(
         public_host=public_host or host,
         app_socket=app_socket,
     )
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def _exit_code(rc: int) -> int:
@@ -496,7 +510,12 @@ def launch_from_env(
         if wanted is not None and wanted.isolation == "netns" and job_id_s.isdigit():
             unshare = prepare_netns(wanted, env, host, int(job_id_s), runner)
         if wanted is not None and wanted.isolation in ("netns", "socket") and job_id_s.isdigit():
-            socket_dir = make_socket_dir(env, int(job_id_s))
+            where = env
+            if (env.get("CARME_RUNTIME") or config.runtime) == "charliecloud":
+                # ch-run shares the host's /tmp at /tmp (and $TMPDIR there too): the socket must be in /tmp
+                # to have the same path inside the container and outside
+                where = {k: v for k, v in env.items() if k != "TMPDIR"}
+            socket_dir = make_socket_dir(where, int(job_id_s))
         plan = plan_launch(
             env,
             apps,
