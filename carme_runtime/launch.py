@@ -53,6 +53,8 @@ from carme_runtime.exit_codes import ExitCode
 from carme_runtime.front import Front
 from carme_runtime.front import bind_front_socket
 from carme_runtime.front import verify_endpoint
+from carme_runtime.images import ImageError
+from carme_runtime.images import verify_image
 from carme_runtime.netns import SOCKET_NAME
 from carme_runtime.netns import check_userns
 from carme_runtime.netns import namespace_argv
@@ -209,7 +211,9 @@ def write_connection_file(home: str, job_id: int, info: Mapping[str, object]) ->
     return path
 
 
-def published_comment(app: AppSpec, host: str, port: int, state: str) -> str:
+def published_comment(app: AppSpec, host: str, port: int, state: str, reason: str = "") -> str:
+    if reason:
+        return format_comment(app=app.name, host=host, port=port, state=state, reason=reason)
     return format_comment(app=app.name, host=host, port=port, state=state)
 
 
@@ -506,6 +510,8 @@ def launch_from_env(
         if scratch and not os.path.isdir(scratch):
             scratch = None
         wanted = apps.get(env.get("CARME_APP", ""))
+        if wanted is not None and job_id_s.isdigit():
+            env = check_image(wanted, env, config, host, int(job_id_s), runner)
         unshare = "unshare"
         if wanted is not None and wanted.isolation == "netns" and job_id_s.isdigit():
             unshare = prepare_netns(wanted, env, host, int(job_id_s), runner)
@@ -569,6 +575,29 @@ def make_socket_dir(env: Mapping[str, str], job_id: int) -> str:
 def _remove_socket_dir(path: str) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+#: runtimes whose image is a container image the catalogue records with its digest
+CONTAINER_RUNTIMES = ("apptainer", "charliecloud")
+
+
+def check_image(
+    app: AppSpec, env: Mapping[str, str], config: RuntimeConfig, public: str, job_id: int, runner: Runner
+) -> Mapping[str, str]:
+    """For a container runtime: verify ``CARME_IMAGE`` (``PATH@sha256:HEX``) before anything starts; return the
+    environment with ``CARME_IMAGE`` set to the checked path.
+
+    A missing or altered image publishes ``state=failed;reason=image`` and raises :class:`LaunchError`
+    (``IMAGE_INVALID``): the session fails within seconds with the reason, the node is not drained.
+    """
+    if (env.get("CARME_RUNTIME") or config.runtime) not in CONTAINER_RUNTIMES:
+        return env
+    try:
+        path = verify_image(env.get("CARME_IMAGE", ""))
+    except ImageError as exc:
+        runner(publish_argv(job_id, published_comment(app, public, 0, "failed", reason="image")))
+        raise LaunchError(ExitCode.IMAGE_INVALID, str(exc)) from exc
+    return {**env, "CARME_IMAGE": path}
 
 
 def prepare_netns(app: AppSpec, env: Mapping[str, str], public: str, job_id: int, runner: Runner) -> str:
