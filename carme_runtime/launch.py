@@ -592,8 +592,11 @@ def check_image(
     """
     if (env.get("CARME_RUNTIME") or config.runtime) not in CONTAINER_RUNTIMES:
         return env
+    reference = env.get("CARME_IMAGE", "")
+    if not reference.startswith("/"):
+        return env  # a registry reference (docker://, library://): the runtime fetches and checks it
     try:
-        path = verify_image(env.get("CARME_IMAGE", ""))
+        path = verify_image(reference)
     except ImageError as exc:
         runner(publish_argv(job_id, published_comment(app, public, 0, "failed", reason="image")))
         raise LaunchError(ExitCode.IMAGE_INVALID, str(exc)) from exc
