@@ -20,10 +20,9 @@ START = {"app": "jupyterlab", "image": "base", "partition": "gpu", "gpus": "1", 
 
 def add_container(app: Flask) -> None:
     with app.app_context():
-        db.session.add(
-            ImageCatalog(name="base", image=REF, kind="container", description="Carme base",
-                         allowed_apps=["jupyterlab", "tensorboard"], enabled=True)  # fmt: skip
-        )
+        entry = ImageCatalog(name="base", image=REF, kind="container", description="Carme base")
+        entry.allowed_apps, entry.enabled = ["jupyterlab", "tensorboard"], True
+        db.session.add(entry)
         db.session.commit()
 
 
