@@ -206,3 +206,11 @@ def test_an_image_with_a_wrong_digest_fails_within_seconds_with_the_reason(demo:
             row.get_by_role("button", name="Disable").click()
             carol.wait_for_load_state()
         carol.context.close()
+
+
+@pytest.mark.parametrize("node", ["carme-demo-node1", "carme-demo-node2"])
+def test_every_compute_node_has_the_runtime(demo: Demo, node: str) -> None:
+    """playbooks/runtime.yml installed Charliecloud's ch-run on every compute node, and the image is there."""
+    version = run(["podman", "exec", "-e", "USER=root", node, "ch-run", "--version"])
+    assert version.returncode == 0 and version.stdout.startswith("0.31"), (version.stdout, version.stderr)
+    assert run(["podman", "exec", node, "test", "-d", f"{IMAGE_PATH}/etc"]).returncode == 0, f"{IMAGE_PATH} on {node}"
