@@ -83,11 +83,10 @@ def test_unpinned_or_unlabelled_definition_fails(tmp_path: Path, old: str, new: 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "bin" / "apptainer-standin"
 
 
-def test_apptainer_build_command_lines_against_the_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apptainer_build_command_lines_against_the_stand_in(tmp_path: Path) -> None:
     """`carme image build pytorch --runtime apptainer`: the base first, then pytorch from the base's SIF."""
-    log = tmp_path / "apptainer.log"
-    monkeypatch.setenv("APPTAINER_STANDIN_LOG", str(log))
     dest, wheels = tmp_path / "images", tmp_path / "wheels"
+    log = dest / "apptainer-standin.log"
     built = images.build("pytorch", "apptainer", dest, wheels, defs=DEFS, executable=str(STANDIN))
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c["argv"][:4] for c in calls] == [["build", "--force", "--bind", f"{wheels}:/opt/carme/wheelhouse:ro"]] * 2
