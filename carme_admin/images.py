@@ -389,7 +389,11 @@ def build(
                 raise DefinitionError(f"{defn.name}: Charliecloud builds need a base directory (scripts/image-base.sh)")
             parent = build_charliecloud(defn, dest, wheelhouse, parent or base or Path("/"), run=run)
     assert parent is not None
-    return Built(chain[-1], parent, image_digest(str(parent)))
+    built = Built(chain[-1], parent, image_digest(str(parent)))
+    # the catalogue reference next to the image, for an inventory to read (lookup('file', ...)) or an admin to copy
+    ref = dest / f"carme-{built.defn.name}-{built.defn.version}.ref"
+    ref.write_text(built.reference + "\n")
+    return built
 
 
 def register_argv(prefix: Sequence[str], built: Built) -> list[str]:

@@ -96,6 +96,7 @@ def test_apptainer_build_command_lines_against_the_stand_in(tmp_path: Path) -> N
     assert "torch==2.5.1" in calls[1]["definition"]
     assert built.path == dest / "carme-pytorch-1.0.sif"
     assert built.digest == "sha256:" + hashlib.sha256(built.path.read_bytes()).hexdigest()
+    assert (dest / "carme-pytorch-1.0.ref").read_text() == f"{built.path}@{built.digest}\n"
     assert not list(dest.glob(".*partial"))
     argv = images.register_argv(["flask", "--app", "webui"], built)
     assert argv[:9] == ["flask", "--app", "webui", "image-ensure", "pytorch", "--image", built.reference, "--kind",
