@@ -19,7 +19,8 @@ for name in "${@:-base}"; do
   fi
   start=$(date +%s)
   (cd "$repo" && "$py" -m carme_admin image build "$name" --runtime charliecloud --dest "$dest" \
-     --wheelhouse "${CARME_WHEELHOUSE:-/var/cache/carme/wheelhouse}" | head -1)
+     --wheelhouse "${CARME_WHEELHOUSE:-/var/cache/carme/wheelhouse}" > "$dest/.$name.build.log" 2>&1) \
+    || { tail -20 "$dest/.$name.build.log"; exit 1; }
   echo "$recipe" > "$stamp"
   echo "session image $name built in $(( $(date +%s) - start )) s"
 done
