@@ -20,6 +20,7 @@ Usage::
 
     .venv/bin/python bench/bench_start.py                  # 5 + 5 runs -> bench/results/start.json
     .venv/bin/python bench/bench_start.py --runs 2 --out /tmp/start.json
+    .venv/bin/python bench/bench_start.py --container base   # container starts (issue 13) side by side
 """
 
 from __future__ import annotations
@@ -116,10 +117,10 @@ def floor_run() -> dict[str, Any]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def portal_run(page: Any) -> dict[str, Any]:
+def portal_run(page: Any, image: str = "jupyter") -> dict[str, Any]:
     page.goto(f"{BASE}/sessions/new")
     page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", "jupyter")
+    page.select_option("select[name=image]", image)
     page.fill("input[name=gpus]", "1")
     page.fill("input[name=time_minutes]", "10")
     api = page.context.request
@@ -183,6 +184,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help=f"runs of each kind (at most {MAX_RUNS})")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "start.json")
+    parser.add_argument(
+        "--container", metavar="IMAGE", default="",
+        help="also time portal starts in this container image of the catalogue (kind container, e.g. base), "
+        "alternating with the environment's",
+    )  # fmt: skip
     args = parser.parse_args()
     runs = max(1, min(args.runs, MAX_RUNS))
     why = portal_answers()
@@ -194,6 +200,7 @@ def main() -> int:
     load_before = os.getloadavg()
     floor: list[dict[str, Any]] = []
     portal: list[dict[str, Any]] = []
+    container: list[dict[str, Any]] = []
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as shots:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -206,6 +213,10 @@ def main() -> int:
                 squeue_empty()
                 portal.append(portal_run(page))
                 print(f"portal {i + 1}/{runs}: {portal[-1]}", flush=True)
+                if args.container:
+                    squeue_empty()
+                    container.append(portal_run(page, args.container))
+                    print(f"container {i + 1}/{runs}: {container[-1]}", flush=True)
         finally:
             browser.close()
     squeue_empty()
@@ -229,6 +240,14 @@ def main() -> int:
             "dashboard_row": summary([r["dashboard_row_s"] for r in portal]),
             "runs": portal,
         },
+        "container": {
+            "image": args.container,
+            "http200": summary([r["http200_s"] for r in container]),
+            "connect_offered": summary([r["connect_offered_s"] for r in container]),
+            "runs": container,
+        }
+        if args.container
+        else None,
         "floor": {
             "http200": summary([r["http200_s"] for r in floor]),
             "running": summary([r["running_s"] for r in floor]),

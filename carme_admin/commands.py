@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,6 +68,29 @@ def build_parser() -> argparse.ArgumentParser:
     down = demo_sub.add_parser("down", help="remove the demo containers")
     _add_output_options(down)
     demo_sub.add_parser("status", help="state of the demo containers and of systemd in them")
+
+    image_cmd = commands.add_parser("image", help="session images (images/session/*.def): build, catalogue")
+    image_sub = image_cmd.add_subparsers(dest="image_command", metavar="ACTION", required=True)
+    build = image_sub.add_parser("build", help="build image NAME for the runtime, record its digest, register it")
+    build.add_argument("name", help="definition name (images/session/NAME.def)")
+    build.add_argument(
+        "--runtime", choices=("apptainer", "charliecloud"),
+        default=os.environ.get("CARME_CONTAINER_RUNTIME", "apptainer"),
+        help="the compute nodes' container runtime (default: $CARME_CONTAINER_RUNTIME, else apptainer)",
+    )  # fmt: skip
+    build.add_argument("--dest", type=Path, default=Path("/var/lib/carme/images"),
+                       help="directory every node sees (shared or copied), default /var/lib/carme/images")  # fmt: skip
+    build.add_argument("--wheelhouse", type=Path, default=Path("/var/cache/carme/wheelhouse"),
+                       help="wheels and archives to install from (bound at /opt/carme/wheelhouse)")  # fmt: skip
+    build.add_argument("--base", type=Path, help="Charliecloud: base directory (default: scripts/image-base.sh)")
+    build.add_argument("--apptainer", default="apptainer", help="the apptainer executable")
+    build.add_argument(
+        "--register", metavar="CMD",
+        help="portal admin command the catalogue entry is given to, e.g. 'flask --app webui' run as the portal "
+        "user on the portal host; without it the command is printed",
+    )  # fmt: skip
+    catalog_cmd = image_sub.add_parser("catalog", help="print (or --write) images/session/catalog.json")
+    catalog_cmd.add_argument("--write", action="store_true", help="rewrite the file from the definitions")
     return parser
 
 
@@ -84,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "deploy":
             return cmd_deploy(args)
+        if args.command == "image":
+            return cmd_image(args)
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":
@@ -156,6 +184,46 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     )
     out = _Output(args.json)
     return out.done(ExitCode.OK if _play(out, run) else ExitCode.ERROR)
+
+
+# -- image -------------------------------------------------------------------------------------------------
+def cmd_image(args: argparse.Namespace) -> int:
+    from carme_admin import images
+
+    try:
+        defs = images.load_all()
+        if args.image_command == "catalog":
+            text = images.catalog_text(defs)
+            problems = [p for d in defs for p in images.check_definition(d, defs)]
+            if problems:
+                sys.stderr.write("".join(f"carme: {p}\n" for p in problems))
+                return ExitCode.ERROR
+            if args.write:
+                images.CATALOG.write_text(text)
+            else:
+                sys.stdout.write(text)
+            return ExitCode.OK
+        base = args.base
+        if args.runtime == "charliecloud" and base is None:
+            script = find_project_dir() / "scripts" / "image-base.sh"
+            done = subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True)
+            base = Path(done.stdout.strip().splitlines()[-1])
+        built = images.build(args.name, args.runtime, args.dest, args.wheelhouse, defs=defs, base=base,
+                             executable=args.apptainer)  # fmt: skip
+    except images.DefinitionError as exc:
+        sys.stderr.write(f"carme: error: {exc}\n")
+        return ExitCode.USAGE
+    except (OSError, subprocess.CalledProcessError) as exc:
+        sys.stderr.write(f"carme: image build failed: {exc}\n")
+        return ExitCode.ERROR
+    print(json.dumps({"name": built.defn.name, "runtime": args.runtime, "path": str(built.path),
+                      "apps": built.defn.apps, "digest": built.digest}, sort_keys=True))  # fmt: skip
+    argv = images.register_argv(shlex.split(args.register or "flask --app webui"), built)
+    if not args.register:
+        print("register it in the portal's catalogue (as the portal user, on the portal host):")
+        print("  " + shlex.join(argv))
+        return ExitCode.OK
+    return ExitCode.OK if subprocess.run(argv, check=False).returncode == 0 else ExitCode.ERROR
 
 
 # -- demo --------------------------------------------------------------------------------------------------

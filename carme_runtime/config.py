@@ -32,7 +32,7 @@ _SCHEMA: dict[str, tuple[type, object]] = {
     "dataset_dirs": (list, []),
     "bind_address": (str, ""),  # "" = the address of the node's hostname
     "apps_dirs": (list, ["/etc/carme/apps.d"]),
-    "runtime": (str, "apptainer"),  # apptainer | none
+    "runtime": (str, "apptainer"),  # apptainer | charliecloud | none
     "env_prefix": (str, ""),  # NoneRuntime: venv/conda prefix
     "ready_timeout_s": (int, 300),
     # Datasets bound into sessions: name -> absolute path (read-only; rendered from the inventory's carme_datasets).
@@ -155,8 +155,8 @@ class RuntimeConfig:
     def check(self, source: str) -> None:
         if self.gpu_check not in GPU_CHECK_MODES:
             raise ConfigError(f"{source}: gpu_check must be one of {', '.join(GPU_CHECK_MODES)}")
-        if self.runtime not in ("apptainer", "none"):
-            raise ConfigError(f"{source}: runtime must be 'apptainer' or 'none'")
+        if self.runtime not in ("apptainer", "charliecloud", "none"):
+            raise ConfigError(f"{source}: runtime must be 'apptainer', 'charliecloud' or 'none'")
         paths = ("log_dir", "scratch_root", "cgroup_root", "beeond_data_root", "beeond_mount_root", "beeond_state_dir")
         for key in paths:
             if not os.path.isabs(getattr(self, key)):

@@ -19,4 +19,5 @@ class ExitCode(IntEnum):
     APP_START_FAILED = 12  # carme-launch: the app could not be started
     NOT_IN_JOB = 13  # carme-launch: no SLURM_JOB_ID
     NETNS_UNAVAILABLE = 14  # carme-launch: the app needs a private network namespace and none can be made
+    IMAGE_INVALID = 15  # carme-launch: the container image is missing or its digest differs from the catalogue's
     HOOK_INTERNAL_ERROR = 20  # prolog/epilog: the node is broken (drains it on purpose)

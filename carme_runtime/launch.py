@@ -54,6 +54,8 @@ from carme_runtime.exit_codes import ExitCode
 from carme_runtime.front import Front
 from carme_runtime.front import bind_front_socket
 from carme_runtime.front import verify_endpoint
+from carme_runtime.images import ImageError
+from carme_runtime.images import verify_image
 from carme_runtime.netns import SOCKET_NAME
 from carme_runtime.netns import check_userns
 from carme_runtime.netns import namespace_argv
@@ -61,6 +63,7 @@ from carme_runtime.runtimes import AllowedBind
 from carme_runtime.runtimes import ApptainerRuntime
 from carme_runtime.runtimes import Bind
 from carme_runtime.runtimes import BindNotAllowed
+from carme_runtime.runtimes import CharliecloudRuntime
 from carme_runtime.runtimes import NoneRuntime
 from carme_runtime.runtimes import default_allow_list
 from carme_runtime.runtimes import default_binds
@@ -209,7 +212,9 @@ def write_connection_file(home: str, job_id: int, info: Mapping[str, object]) ->
     return path
 
 
-def published_comment(app: AppSpec, host: str, port: int, state: str) -> str:
+def published_comment(app: AppSpec, host: str, port: int, state: str, reason: str = "") -> str:
+    if reason:
+        return format_comment(app=app.name, host=host, port=port, state=state, reason=reason)
     return format_comment(app=app.name, host=host, port=port, state=state)
 
 
@@ -239,12 +244,16 @@ class LaunchPlan:
     app_socket: str = ""
 
 
-def make_runtime(name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "") -> Runtime:
+def make_runtime(
+    name: str, image: str, config: RuntimeConfig, home: str, socket_dir: str = "", user: str = ""
+) -> Runtime:
     """The session's runtime; ``socket_dir`` (the 0700 directory of a socket app's Unix socket) may be bound."""
-    if name == "apptainer":
+    if name in ("apptainer", "charliecloud"):
         allowed = default_allow_list(home, config.scratch_root, config.all_dataset_dirs())
         if socket_dir:
             allowed.append(AllowedBind(socket_dir))
+        if name == "charliecloud":
+            return CharliecloudRuntime(allowed, home=home, user=user or _user_name())
         return ApptainerRuntime(allowed)
     if name == "none":
         return NoneRuntime(image or config.env_prefix)
@@ -306,13 +315,16 @@ def plan_launch(
     runtime_name = env.get("CARME_RUNTIME") or config.runtime
     image = env.get("CARME_IMAGE", "")
     socket_bind = socket_dir if app.isolation == "socket" else ""  # the app listens there, inside a container too
-    runtime = make_runtime(runtime_name, image, config, home, socket_bind)
+    runtime = make_runtime(runtime_name, image, config, home, socket_bind, env.get("USER", ""))
     binds: list[Bind] = default_binds(home, scratch, config.all_dataset_dirs())
     if socket_bind:
         binds.append(Bind(socket_bind, socket_bind))
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
     try:
-        argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
+        if isinstance(runtime, CharliecloudRuntime):  # the working directory is set inside the container
+            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env, workdir=workdir)
+        else:
+            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
     except (BindNotAllowed, ValueError) as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
     if app.isolation == "netns":
@@ -341,6 +353,12 @@ def plan_launch(
         public_host=public_host or host,
         app_socket=app_socket,
     )
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def _exit_code(rc: int) -> int:
@@ -493,11 +511,18 @@ def launch_from_env(
         if scratch and not os.path.isdir(scratch):
             scratch = None
         wanted = apps.get(env.get("CARME_APP", ""))
+        if wanted is not None and job_id_s.isdigit():
+            env = check_image(wanted, env, config, host, int(job_id_s), runner)
         unshare = "unshare"
         if wanted is not None and wanted.isolation == "netns" and job_id_s.isdigit():
             unshare = prepare_netns(wanted, env, host, int(job_id_s), runner)
         if wanted is not None and wanted.isolation in ("netns", "socket") and job_id_s.isdigit():
-            socket_dir = make_socket_dir(env, int(job_id_s))
+            where = env
+            if (env.get("CARME_RUNTIME") or config.runtime) == "charliecloud":
+                # ch-run shares the host's /tmp at /tmp (and $TMPDIR there too): the socket must be in /tmp
+                # to have the same path inside the container and outside
+                where = {k: v for k, v in env.items() if k != "TMPDIR"}
+            socket_dir = make_socket_dir(where, int(job_id_s))
         plan = plan_launch(
             env,
             apps,
@@ -553,6 +578,32 @@ def make_socket_dir(env: Mapping[str, str], job_id: int) -> str:
 def _remove_socket_dir(path: str) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+#: runtimes whose image is a container image the catalogue records with its digest
+CONTAINER_RUNTIMES = ("apptainer", "charliecloud")
+
+
+def check_image(
+    app: AppSpec, env: Mapping[str, str], config: RuntimeConfig, public: str, job_id: int, runner: Runner
+) -> Mapping[str, str]:
+    """For a container runtime: verify ``CARME_IMAGE`` (``PATH@sha256:HEX``) before anything starts; return the
+    environment with ``CARME_IMAGE`` set to the checked path.
+
+    A missing or altered image publishes ``state=failed;reason=image`` and raises :class:`LaunchError`
+    (``IMAGE_INVALID``): the session fails within seconds with the reason, the node is not drained.
+    """
+    if (env.get("CARME_RUNTIME") or config.runtime) not in CONTAINER_RUNTIMES:
+        return env
+    reference = env.get("CARME_IMAGE", "")
+    if not reference.startswith("/"):
+        return env  # a registry reference (docker://, library://): the runtime fetches and checks it
+    try:
+        path = verify_image(reference)
+    except ImageError as exc:
+        runner(publish_argv(job_id, published_comment(app, public, 0, "failed", reason="image")))
+        raise LaunchError(ExitCode.IMAGE_INVALID, str(exc)) from exc
+    return {**env, "CARME_IMAGE": path}
 
 
 def prepare_netns(app: AppSpec, env: Mapping[str, str], public: str, job_id: int, runner: Runner) -> str:

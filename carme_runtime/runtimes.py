@@ -6,12 +6,18 @@
   With ``--cleanenv`` the host environment is dropped, so :meth:`ApptainerRuntime.environment` passes the
   app's variables as ``APPTAINERENV_<NAME>`` (Apptainer's documented way; unlike ``--env`` it keeps
   secrets off the command line).
+* :class:`CharliecloudRuntime`: ``ch-run [--home] [-b SRC:DST]... [-c DIR] IMAGE -- argv...`` (Charliecloud
+  0.31, Debian's ``charliecloud-runtime``; fully unprivileged, user namespaces only, no setuid helper). ch-run
+  passes the host environment through (``ch-run(1)``, "ENVIRONMENT VARIABLES"), so the app's variables, the
+  secret among them, travel in the environment of the ``ch-run`` process and never in argv. ch-run shares the
+  host's ``/tmp`` at ``/tmp`` and its ``/dev``; bind destinations must already exist in the (read-only) image.
 * :class:`NoneRuntime`: run on the node inside a venv/conda prefix: ``<prefix>/bin`` goes first on
   ``PATH`` and the program is resolved there; no shell, no ``activate`` script.
 
 Apptainer is not installable on the project's CI machines: these command lines are checked against the
 Apptainer CLI documentation (``apptainer exec`` options ``--nv``, ``--contain``, ``--cleanenv``,
-``--bind src[:dest[:opts]]``), not against a running Apptainer.
+``--bind src[:dest[:opts]]``), not against a running Apptainer. Charliecloud's command lines run for real in a
+test-bed node (``tests/runtime/test_charliecloud_real.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-RUNTIME_NAMES = ("apptainer", "none")
+RUNTIME_NAMES = ("apptainer", "charliecloud", "none")
 
 
 class BindNotAllowed(ValueError):
@@ -126,6 +132,122 @@ class ApptainerRuntime:
             out[f"APPTAINERENV_{key}"] = value
         if "CUDA_VISIBLE_DEVICES" in base and "CUDA_VISIBLE_DEVICES" not in env:
             out["APPTAINERENV_CUDA_VISIBLE_DEVICES"] = base["CUDA_VISIBLE_DEVICES"]
+        return out
+
+
+#: ``PATH`` inside a Charliecloud container: the image's app environment first (``images/``), then the usual
+CONTAINER_PATH = "/opt/carme/env/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the host's ``/tmp`` is the container's ``/tmp`` (ch-run binds it unless ``--private-tmp``)
+SHARED_TMP = "/tmp"
+
+
+class CharliecloudRuntime:
+    """Charliecloud's ``ch-run``: unprivileged, the image a directory (or a SquashFS file where squashfuse works).
+
+    * Home: ``--home`` binds ``$HOME`` at ``/home/$USER`` (over a tmpfs on ``/home``); a bind of the home
+      directory is expressed that way, so it needs no mount point in the image. Where the host home is not
+      ``/home/$USER`` the session's working directory is translated (``-c``).
+    * Other binds (job scratch, read-only datasets) need their destination in the image (:meth:`mount_point`);
+      for a directory image without it or a parent to use, :class:`BindNotAllowed` names the fix (create it in
+      the image definition) before ch-run would fail. ch-run 0.31 has no read-only bind: a dataset directory is bound as
+      it is, and its permissions (not writable by users, as a site's dataset layout must be anyway) keep it
+      read-only.
+    * Binds under ``/tmp`` (the socket directory of a socket app) need nothing: ch-run shares the host's
+      ``/tmp`` at the same path, so :meth:`environment` sets ``TMPDIR=/tmp`` for ch-run (which unsets it inside).
+    * GPUs: ch-run shares the host's ``/dev``; the devices a session can open are those its Slurm cgroup allows
+      (``ConstrainDevices``) and ``CUDA_VISIBLE_DEVICES`` passes through. The driver's user-space libraries are
+      injected into a directory image on real sites with ``ch-fromhost --nvidia IMAGE`` (Charliecloud's full
+      package), once per driver version.
+    """
+
+    name = "charliecloud"
+
+    def __init__(
+        self,
+        allowed: Iterable[AllowedBind],
+        *,
+        home: str,
+        user: str,
+        executable: str = "ch-run",
+    ) -> None:
+        self.allowed = list(allowed)
+        self.home = os.path.normpath(home)
+        self.user = user
+        self.executable = executable
+
+    @property
+    def guest_home(self) -> str:
+        return f"/home/{self.user}"
+
+    def guest_path(self, path: str) -> str:
+        """Where a host path under the home directory appears inside the container (``--home``)."""
+        if _under(path, self.home):
+            return self.guest_home + path[len(self.home) :]
+        return path
+
+    @staticmethod
+    def mount_point(image: str, bind: Bind, used: set[str]) -> str:
+        """Where ``bind`` goes in ``image``: its destination when the image has it (or the image is a SquashFS
+        file, where ch-run itself checks), else the nearest existing parent directory below ``/`` that no other
+        bind uses (the job's scratch ``/scratch/41`` appears at ``/scratch``, which the images create)."""
+        if not os.path.isdir(image):
+            return bind.dst
+        dst = bind.dst
+        while dst != "/":
+            if os.path.isdir(os.path.join(image, dst.lstrip("/"))) and dst not in used:
+                return dst
+            dst = os.path.dirname(dst)
+        raise BindNotAllowed(
+            f"image {image} has no mount point for {bind.dst!r} (bind of {bind.src!r}): create it in the image "
+            "definition (ch-run cannot create it in a read-only image)"
+        )
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        image: str,
+        binds: Sequence[Bind],
+        gpus: int,
+        env: Mapping[str, str],
+        workdir: str = "",
+    ) -> list[str]:
+        if not argv:
+            raise ValueError("empty argv")
+        if not image or image.startswith("-") or "\n" in image or not os.path.isabs(image):
+            raise ValueError(f"bad image {image!r} (an absolute path to an image directory or SquashFS file)")
+        if not self.user or "/" in self.user or self.user.startswith("."):
+            raise ValueError(f"bad user name {self.user!r}")
+        checked = check_binds(binds, self.allowed)
+        cmd = [self.executable]
+        used: set[str] = set()
+        for bind in checked:
+            if bind.src == self.home and bind.dst == self.home:
+                cmd.append("--home")
+                continue
+            if _under(bind.src, SHARED_TMP) and bind.src == bind.dst:
+                continue  # already there: ch-run shares /tmp
+            dst = self.mount_point(image, bind, used)
+            used.add(dst)
+            cmd.append(f"--bind={bind.src}:{dst}")
+            continue
+        if workdir:
+            cmd.append(f"--cd={self.guest_path(os.path.normpath(workdir))}")
+        cmd += [image, "--", *argv]
+        return cmd
+
+    def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+        """ch-run hands its own environment to the app: ``base`` (the job's), the container's ``PATH``, the
+        app's variables; ``HOME``/``USER`` as ``--home`` needs them and ``TMPDIR=/tmp`` (the shared ``/tmp``)."""
+        out = dict(base)
+        out.update(env)
+        out["PATH"] = CONTAINER_PATH
+        out["HOME"] = self.home
+        out["USER"] = self.user
+        out["TMPDIR"] = SHARED_TMP
+        for key in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH"):
+            if key not in env:
+                out.pop(key, None)  # host paths that would mislead the image's Python
         return out
 
 

@@ -89,7 +89,10 @@ def register(app: Flask) -> None:
     @app.cli.command("image-ensure")
     @click.argument("name")
     @click.option("--image", required=True, help="container image, or environment name with --kind environment")
-    @click.option("--kind", type=click.Choice(["image", "environment"]), default="image", show_default=True)
+    @click.option(
+        "--kind", type=click.Choice(["container", "image", "environment"]), default="image", show_default=True,
+        help="container: built by `carme image build`, IMAGE is PATH@sha256:DIGEST, run with CONTAINER_RUNTIME",
+    )
     @click.option("--app", "apps", multiple=True, required=True, help="allowed app (repeat)")
     @click.option("--description", default="", show_default=True)
     def image_ensure(name: str, image: str, kind: str, apps: tuple[str, ...], description: str) -> None:

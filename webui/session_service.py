@@ -202,6 +202,17 @@ def latest_news() -> list[Row[tuple[str, str, str, dt.datetime]]]:
 # --- catalogue and form choices --------------------------------------------------
 
 
+def session_runtime(kind: str) -> str:
+    """carme_runtime's runtime for a catalogue entry: environments run in their prefix, ``container`` images (built
+    by ``carme image build``) in the site's container runtime (``CONTAINER_RUNTIME``), older ``image`` entries in
+    Apptainer."""
+    if kind == "environment":
+        return "none"
+    if kind == "container":
+        return str(current_app.config.get("CONTAINER_RUNTIME", "apptainer"))
+    return "apptainer"
+
+
 def catalog() -> list[ImageCatalog]:
     return list(
         db.session.execute(
@@ -333,7 +344,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         qos=cfg.get("SESSION_QOS"),
         account=cfg.get("SESSION_ACCOUNT"),
         workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
-        runtime="none" if image.kind == "environment" else "apptainer",
+        runtime=session_runtime(image.kind),
         limits=runtime_limits,
         reservation=reservation.name if reservation is not None else None,
     )

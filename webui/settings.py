@@ -98,6 +98,8 @@ SESSION_MAX_TIME_MINUTES = 24 * 60
 SESSION_WORKDIR_TEMPLATE = "/home/{user}"
 SESSION_QOS: str | None = None
 SESSION_ACCOUNT: str | None = None
+# Runtime of catalogue entries of kind "container" (carme_runtime: apptainer | charliecloud); the nodes' runtime
+CONTAINER_RUNTIME = "apptainer"
 READINESS_TIMEOUT_SECONDS = 1.0
 READINESS_CACHE_SECONDS = 5.0
 # Admins do not get into a user's IDE through the proxy unless this is True.

@@ -110,7 +110,7 @@ def images() -> Any:
     if request.method == "POST":
         name = forms.text(request.form, "name", max_len=64, pattern=NAME)
         image = forms.text(request.form, "image", max_len=255)
-        kind = forms.choice(request.form, "kind", ["image", "environment"])
+        kind = forms.choice(request.form, "kind", ["container", "image", "environment"])
         description = forms.text(request.form, "description", max_len=2000, required=False, multiline=True)
         apps_raw = forms.text(request.form, "allowed_apps", max_len=500)
         apps = sorted({a.strip() for a in apps_raw.replace(",", " ").split() if a.strip()})

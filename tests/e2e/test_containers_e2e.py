@@ -1,0 +1,215 @@
+"""Browser end-to-end test of sessions in a container image on the demo cluster (issue 13, acceptance).
+
+alice starts JupyterLab from the portal in the container image ``base`` (built by ``carme image build base
+--runtime charliecloud`` and registered with kind ``container``; the demo's nodes run it with Charliecloud's
+``ch-run``), it answers through the owner-checked proxy, and a notebook cell shows the image's ``/etc/os-release``
+(with ``/ch/labels.json``, a file only the image has, and ch-run's ``CH_RUNNING``), alice's UID from ``id`` and
+writes a file into her home that the head sees with her ownership. bob, who is no admin, cannot register an image
+(403, nothing stored). An entry whose digest does not match the image (registered here by carol, an admin, and
+disabled again) makes a session fail within seconds with the reason in the job comment.
+
+Needs the demo up and deployed with ``carme_container_runtime: charliecloud`` and the image built and registered
+(``CARME_E2E_CONTAINER_IMAGE``, default ``base``). Runs as root on the demo host (``podman exec``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from tests.fixtures.demo import APPS
+from tests.fixtures.demo import BASE
+from tests.fixtures.demo import Demo
+from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import job_comment
+from tests.fixtures.demo import login
+from tests.fixtures.demo import on_head
+from tests.fixtures.demo import run
+from tests.fixtures.demo import wait_gone
+
+CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
+IMAGE = os.environ.get("CARME_E2E_CONTAINER_IMAGE", "base")
+NODE = os.environ.get("CARME_E2E_NODE", "carme-demo-node1")
+IMAGE_PATH = os.environ.get("CARME_E2E_CONTAINER_PATH", "/var/lib/carme/images/carme-base-1.0")  # on the nodes
+MARKER = "carme-container-e2e.txt"
+BROKEN = "e2e-broken-digest"
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Session:
+    demo: Demo
+    alice: Any = None
+    job_id: int = 0
+    stopped: bool = False
+
+
+@pytest.fixture(scope="module")
+def session(demo: Demo) -> Iterator[Session]:
+    state = Session(demo=demo)
+    try:
+        yield state
+    finally:
+        if state.job_id and not state.stopped:
+            on_head("scancel", str(state.job_id))
+
+
+def start(page: Any, image: str) -> int:
+    page.goto(f"{BASE}/sessions/new")
+    options = page.inner_text("select[name=image]")
+    assert f"{image} (container" in options, f"no container image {image!r} in the start form: {options!r}"
+    page.select_option("select[name=app]", "jupyterlab")
+    page.select_option("select[name=image]", image)
+    page.fill("input[name=gpus]", "1")
+    page.fill("input[name=time_minutes]", "30")
+    page.get_by_role("button", name="Start", exact=True).click()
+    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
+    return int(row.get_attribute("data-job") or 0)
+
+
+def test_alice_starts_jupyterlab_in_a_container_image(session: Session) -> None:
+    on_head("scancel", "--user", "alice")
+    on_head("rm", "-f", f"/home/alice/{MARKER}")
+    page, _ = login(session.demo, "alice")
+    session.alice = page
+    session.job_id = start(page, IMAGE)
+    assert session.job_id > 0
+    session.demo.steps.shot(page, "alice-container-submitted")
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while page.query_selector(f"tr[data-job='{session.job_id}'] a.connect") is None:
+        row = page.query_selector(f"tr[data-job='{session.job_id}']")
+        state = page.inner_text(f"tr[data-job='{session.job_id}'] td:nth-child(4)") if row else "gone"
+        why = f"{state}; {job_comment(session.job_id)}"
+        assert time.monotonic() < deadline, f"no Connect after {CONNECT_TIMEOUT_S:.0f} s ({why})"
+        assert state != "gone" and not state.startswith(("FAILED", "CANCELLED", "COMPLETED", "TIMEOUT")), state
+        time.sleep(3)
+        page.reload()
+    assert "state=ready" in job_comment(session.job_id)
+    session.demo.steps.shot(page, "alice-container-connect")
+
+
+def test_a_cell_runs_inside_the_image_as_alice(session: Session) -> None:
+    assert session.alice is not None and session.job_id, "no running session (previous step failed)"
+    page = session.alice
+    with page.context.expect_page() as new_page:
+        page.click(f"tr[data-job='{session.job_id}'] a.connect")
+    lab = new_page.value
+    lab.wait_for_load_state()
+    assert lab.url.startswith(f"{APPS}/proxy/{session.job_id}/"), lab.url
+    response = lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
+    assert response is not None and response.status == 200
+    lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)
+    lab.click(".jp-LauncherCard[data-category='Notebook']")
+    lab.wait_for_selector(".jp-NotebookPanel .jp-Cell .cm-content", timeout=60_000)
+    lab.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+    cell = lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
+    code = (
+        "import os, subprocess, pathlib; "
+        f"pathlib.Path.home().joinpath('{MARKER}').write_text('written in the container'); "
+        "print('CT', subprocess.run(['id', '-u'], capture_output=True, text=True).stdout.strip(), "
+        "os.path.exists('/ch/labels.json'), os.environ.get('CH_RUNNING'), "
+        "os.environ.get('CUDA_VISIBLE_DEVICES'), 'OS', open('/etc/os-release').read().replace(chr(10), ' | '))"
+    )
+    for _ in range(3):
+        cell.click()
+        lab.keyboard.press("Control+A")
+        lab.keyboard.type(code)
+        if cell.inner_text().strip() == code:
+            break
+    assert cell.inner_text().strip() == code, cell.inner_text()
+    out = None
+    for _ in range(4):
+        cell.click()
+        lab.keyboard.press("Control+Enter")
+        try:
+            out = lab.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output:has-text('CT ')", timeout=30_000)
+            break
+        except PlaywrightTimeout:
+            continue
+    assert out is not None, "the cell printed nothing after 4 runs of 30 s"
+    text = out.inner_text()
+    session.demo.steps.shot(lab, "container-cell-executed")
+    lab.close()
+
+    uid = on_head("id", "-u", "alice").stdout.strip()
+    words = text.split()
+    assert words[:5] == ["CT", uid, "True", "Weird", "Al"], text  # alice's UID, /ch/labels.json, ch-run's mark
+    # the image's /etc/os-release (read from the image directory on the node), not the node's own
+    image_path = IMAGE_PATH
+    os_release = run(["podman", "exec", NODE, "cat", f"{image_path}/etc/os-release"]).stdout
+    assert os_release.strip(), f"cannot read {image_path}/etc/os-release on {NODE}"
+    shown = text.split(" OS ", 1)[1].strip()
+    assert shown == os_release.replace("\n", " | ").strip(), (shown, os_release)
+    owner = on_head("stat", "-c", "%U %u", f"/home/alice/{MARKER}")
+    assert owner.returncode == 0, f"the head does not see /home/alice/{MARKER}: {owner.stderr}"
+    assert owner.stdout.split() == ["alice", uid]
+
+
+def test_alice_stops_the_container_session(session: Session) -> None:
+    assert session.alice is not None and session.job_id, "no session (first step failed)"
+    page = session.alice
+    page.goto(f"{BASE}/")
+    page.click(f"tr[data-job='{session.job_id}'] button.stop")
+    page.wait_for_load_state()
+    wait_gone(session.job_id)
+    session.stopped = True
+
+
+def test_a_non_admin_cannot_register_an_image(demo: Demo) -> None:
+    page, _ = login(demo, "bob")
+    api = page.context.request
+    form = {"name": "bobs-image", "kind": "container", "image": "/tmp/evil@sha256:" + "0" * 64,
+            "allowed_apps": "jupyterlab", "description": "not allowed"}  # fmt: skip
+    resp = api.post(f"{BASE}/admin/images", form=form, headers=csrf_headers(page.context), max_redirects=0)
+    assert resp.status == 403, (resp.status, resp.text()[:200])
+    page.goto(f"{BASE}/sessions/new")
+    assert "bobs-image" not in page.inner_text("select[name=image]")
+    demo.steps.shot(page, "bob-cannot-register-image")
+    page.context.close()
+
+
+def test_an_image_with_a_wrong_digest_fails_within_seconds_with_the_reason(demo: Demo) -> None:
+    carol, _ = login(demo, "carol")
+    carol.goto(f"{BASE}/admin/images")
+    carol.fill("input[name=name]", BROKEN)
+    carol.select_option("select[name=kind]", "container")
+    carol.fill("input[name=image]", f"{IMAGE_PATH}@sha256:{'0' * 64}")
+    carol.fill("input[name=allowed_apps]", "jupyterlab")
+    carol.get_by_role("button", name="Save").click()
+    carol.wait_for_load_state()
+    try:
+        on_head("scancel", "--user", "alice")
+        alice, _ = login(demo, "alice")
+        job_id = start(alice, BROKEN)
+        started = time.monotonic()
+        comment = ""
+        while time.monotonic() - started < 60 and "state=failed" not in comment:
+            time.sleep(2)
+            comment = job_comment(job_id)
+        assert "state=failed" in comment and "reason=image" in comment, comment
+        assert time.monotonic() - started < 60
+        wait_gone(job_id)
+        demo.steps.shot(alice, "alice-broken-image-failed")
+        alice.context.close()
+    finally:
+        carol.goto(f"{BASE}/admin/images")
+        row = carol.locator("tr", has_text=BROKEN).first
+        if row.count() and "Disable" in row.inner_text():
+            row.get_by_role("button", name="Disable").click()
+            carol.wait_for_load_state()
+        carol.context.close()
+
+
+@pytest.mark.parametrize("node", ["carme-demo-node1", "carme-demo-node2"])
+def test_every_compute_node_has_the_runtime(demo: Demo, node: str) -> None:
+    """playbooks/runtime.yml installed Charliecloud's ch-run on every compute node, and the image is there."""
+    version = run(["podman", "exec", "-e", "USER=root", node, "ch-run", "--version"])
+    assert version.returncode == 0 and version.stdout.startswith("0.31"), (version.stdout, version.stderr)
+    assert run(["podman", "exec", node, "test", "-d", f"{IMAGE_PATH}/etc"]).returncode == 0, f"{IMAGE_PATH} on {node}"

@@ -1,0 +1,72 @@
+"""Golden-file test: the apptainer role's ``apptainer.conf`` for the example inventory (a real site's).
+
+Rendered through real ansible (tests/roles/render_apptainer.yml) and compared byte for byte with
+tests/roles/golden/example/apptainer.conf. After an intended template change, regenerate it with
+``CARME_UPDATE_GOLDEN=1 pytest tests/roles/test_apptainer_golden.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import _ansible_bin
+from tests.roles.harness import ansible_env
+
+GOLDEN = Path(__file__).parent / "golden" / "example" / "apptainer.conf"
+PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_apptainer.yml"
+UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
+
+
+def render(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [_ansible_bin("ansible-playbook"), str(PLAYBOOK), "-i", str(REPO_ROOT / "inventories" / "example")]
+    argv += ["-e", f"out_dir={out}", "-e", "ansible_connection=local", *extra]
+    return subprocess.run(argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("apptainer")
+    proc = render(out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return (out / "apptainer.conf").read_text()
+
+
+def test_apptainer_conf_matches_golden(rendered: str) -> None:
+    if UPDATE:
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(rendered)
+    expected = GOLDEN.read_text()
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), rendered.splitlines(True), str(GOLDEN), "rendered"))
+    assert rendered == expected, f"apptainer.conf differs from the golden file:\n{diff}"
+
+
+def settings(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition(" = ")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_unprivileged_by_default_with_inventory_binds_and_image_dirs(rendered: str) -> None:
+    conf = settings(rendered)
+    assert conf["allow setuid"] == ["no"]
+    assert conf["bind path"] == ["/etc/localtime", "/etc/hosts"]
+    assert conf["limit container paths"] == ["/srv/carme/images"]
+    assert conf["always use nv"] == ["no"]  # --nv per session, from carme-launch
+    assert conf["user bind control"] == ["yes"]  # carme-launch binds home, scratch, datasets
+    assert conf["shared loop devices"] == ["yes"] and conf["mksquashfs procs"] == ["4"]
+    assert all(len(v) == 1 for k, v in conf.items() if k != "bind path"), "a key set twice"
+
+
+def test_setuid_only_when_asked(tmp_path: Path) -> None:
+    proc = render(tmp_path, "-e", '{"apptainer_setuid": true}')
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert settings((tmp_path / "apptainer.conf").read_text())["allow setuid"] == ["yes"]
