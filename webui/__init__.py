@@ -80,6 +80,10 @@ def register_extensions(app: Flask) -> None:
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
     app.extensions["carme_view_cache"] = TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
+    from webui import monitoring
+
+    # MONITORING: a ready HealthCache (tests); else from ZABBIX_* settings (no ZABBIX_URL: monitoring off).
+    app.extensions["carme_monitoring"] = app.config.get("MONITORING") or monitoring.from_config(app.config)
 
 
 def register_blueprints(app: Flask) -> None:

@@ -121,3 +121,12 @@ QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0
 QUOTA_DEFAULT_MAX_GPUS_PER_SESSION = 4
 QUOTA_DEFAULT_MAX_SESSIONS = 2
 QUOTA_DEFAULT_MAX_TIME_MINUTES = 12 * 60
+
+# --- Monitoring (Zabbix, roles/zabbix_server) --------------------------------
+# None: no monitoring. Else the frontend's URL, e.g. "https://127.0.0.1:8445/", with the read-only API user.
+ZABBIX_URL: str | None = None
+ZABBIX_USER = "carme-api"
+ZABBIX_PASSWORD: str | None = None
+ZABBIX_CA_FILE: str | None = None  # the frontend's certificate (self-signed) or its CA; None: the system trust store
+ZABBIX_TIMEOUT_SECONDS = 5
+ZABBIX_CACHE_SECONDS = 30  # one host.get per this many seconds and worker, shared by every user

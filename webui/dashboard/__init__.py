@@ -9,6 +9,7 @@ from flask import current_app
 from flask import render_template
 from markupsafe import Markup
 
+from webui import monitoring
 from webui import session_service
 from webui.cluster_state import ClusterState
 from webui.security import current_user
@@ -40,6 +41,9 @@ def index() -> Any:
     sessions = session_service.session_views(state, session_service.my_portal_sessions(user.username))
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
+    # GPU values (Zabbix) of the nodes my running jobs are on
+    my_nodes = sorted({n for j in state.jobs_of(user.username) if j.state == "RUNNING" for n in j.nodes})
+    health = monitoring.node_health()
     return render_template(
         "dashboard/index.html",
         state=state,
@@ -48,4 +52,6 @@ def index() -> Any:
         usage_card=usage_card(state),
         quota=session_service.quota_view(user.username, cached=True),
         news=session_service.latest_news(),
+        health=health,
+        my_nodes=my_nodes,
     )
