@@ -21,6 +21,10 @@ SECRET_FILES = {
     "{{ munge_key }}": "the munge key",
     "{{ carme_webui_slurm_jwt_key_source }}": "the Slurm JWT key",
     "-portal.key": "the portal's TLS key",
+    "etc/zabbix/zabbix_server.conf.d/carme.conf.j2": "the Zabbix database password",
+    "etc/zabbix/zabbix.conf.php.j2": "the Zabbix database password (frontend)",
+    "{{ zabbix_agent_psk }}": "the agent's PSK",
+    "{{ zabbix_server_tls_key_file }}": "the Zabbix frontend's TLS key",
 }
 TEMPLATE_WORDS = ("password", "StoragePass", "SECRET_KEY", "authtok")
 
