@@ -46,10 +46,16 @@ try:
 except ImportError:  # reported by main()
     ZabbixAPI = None
 
-PSK_TAG = "carme-psk-sha256"
+PSK_TAG = "carme-psk"
 MANAGED_TAG = "carme-managed"
 API_ROLE = "Carme read-only API"
 API_GROUP = "Carme read-only API"
+API_METHODS = ("*.get", "user.logout")
+
+
+def psk_digest(identity: str, psk: str) -> str:
+    """Zabbix never returns the PSK nor (6.0) its identity: a hash of both, kept in a host tag, shows a change."""
+    return hashlib.sha256(f"{identity}\n{psk}".encode()).hexdigest()[:32]
 
 
 class Sync:
@@ -86,7 +92,7 @@ class Sync:
         self.changed["admin_password"] = True
         if not self.check:
             uid = api.user.get(filter={"username": user}, output=["userid"])[0]["userid"]
-            api.user.update(userid=uid, current_passwd=self.p["initial_password"], passwd=wanted)
+            api.user.update(userid=uid, passwd=wanted)
             api = self.try_login(user, wanted)
             if api is None:
                 self.m.fail_json(msg="The admin password was changed but the new one is refused")
@@ -121,17 +127,21 @@ class Sync:
 
     # -- read-only API user -------------------------------------------------------------------------------------
     def api_user(self, api: ZabbixAPI, groupid: str) -> None:
-        roles = api.role.get(filter={"name": [API_ROLE]}, output=["roleid"])
+        # type 1 = User; only the API's *.get methods and logging out (api.mode 1 = allow list)
+        rules = {"api.access": "1", "api.mode": "1", "api": sorted(API_METHODS)}
+        roles = api.role.get(filter={"name": [API_ROLE]}, output=["roleid"], selectRules=list(rules))
         if roles:
             roleid = roles[0]["roleid"]
+            have = roles[0].get("rules", {})
+            if {k: (sorted(have.get(k, [])) if k == "api" else str(have.get(k))) for k in rules} != rules:
+                self.changed["api_role"] = True
+                if not self.check:
+                    api.role.update(roleid=roleid, rules=rules)
         else:
             self.changed["api_role"] = True
             roleid = "0"
             if not self.check:
-                # type 1 = User; only the API's *.get methods (api.mode 1 = allow list)
-                roleid = api.role.create(name=API_ROLE, type=1, rules={"api.access": 1, "api.mode": 1,
-                                                                         "api": ["*.get"],
-                                                                         "actions.default_access": 0})["roleids"][0]
+                roleid = api.role.create(name=API_ROLE, type=1, rules=rules)["roleids"][0]
         groups = api.usergroup.get(filter={"name": [API_GROUP]}, output=["usrgrpid"], selectRights="extend")
         rights = [{"id": groupid, "permission": 2}]  # 2 = read only
         if not groups:
@@ -185,8 +195,7 @@ class Sync:
         templateid = tpl[0]["templateid"] if tpl else "0"
         existing = {}
         if groupid != "0":
-            for h in api.host.get(groupids=[groupid], output=["hostid", "host", "tls_connect", "tls_accept",
-                                                              "tls_psk_identity"],
+            for h in api.host.get(groupids=[groupid], output=["hostid", "host", "tls_connect", "tls_accept"],
                                   selectInterfaces=["interfaceid", "type", "main", "useip", "ip", "dns", "port"],
                                   selectParentTemplates=["templateid"], selectMacros=["macro", "value"],
                                   selectTags=["tag", "value"], selectGroups=["groupid"]):
@@ -196,7 +205,7 @@ class Sync:
         for name, want in wanted.items():
             psk = str(want["psk"])
             tags = [{"tag": MANAGED_TAG, "value": "true"},
-                    {"tag": PSK_TAG, "value": hashlib.sha256(psk.encode()).hexdigest()[:32]}]
+                    {"tag": PSK_TAG, "value": psk_digest(want["psk_identity"], psk)}]
             macros = sorted(({"macro": k, "value": str(v)} for k, v in (want.get("macros") or {}).items()),
                             key=lambda m: m["macro"])
             iface = {"type": "1", "main": "1", "useip": "0", "ip": "", "dns": str(want.get("address") or name),
@@ -221,8 +230,7 @@ class Sync:
                 diff.append("macros")
             if sorted(have["tags"], key=lambda t: t["tag"]) != sorted(tags, key=lambda t: t["tag"]):
                 diff.append("psk")
-            if (str(have["tls_connect"]), str(have["tls_accept"]), have["tls_psk_identity"]) != (
-                    "2", "2", want["psk_identity"]):
+            if (str(have["tls_connect"]), str(have["tls_accept"])) != ("2", "2"):
                 diff.append("tls")
             if [g["groupid"] for g in have["groups"]] != [groupid]:
                 diff.append("groups")
