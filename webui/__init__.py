@@ -84,6 +84,11 @@ def register_extensions(app: Flask) -> None:
 
     app.extensions["carme_reservations"] = reservations_slurm.from_config(app.config)
 
+    from webui import monitoring
+
+    # MONITORING: a ready HealthCache (tests); else from ZABBIX_* settings (no ZABBIX_URL: monitoring off).
+    app.extensions["carme_monitoring"] = app.config.get("MONITORING") or monitoring.from_config(app.config)
+
 
 def register_blueprints(app: Flask) -> None:
     from webui.admin import bp as admin_bp

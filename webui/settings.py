@@ -146,3 +146,12 @@ SLURM_CONF_FILE: str | None = None  # SLURM_CONF for scontrol; None: scontrol's 
 # A ready object implementing webui.reservations_slurm.Reservations (test_config only).
 RESERVATIONS: object | None = None
 RESERVATION_TIMEZONE = "UTC"  # the forms and the calendar speak this zone
+
+# --- Monitoring (Zabbix, roles/zabbix_server) --------------------------------
+# None: no monitoring. Else the frontend's URL, e.g. "https://127.0.0.1:8445/", with the read-only API user.
+ZABBIX_URL: str | None = None
+ZABBIX_USER = "carme-api"
+ZABBIX_PASSWORD: str | None = None
+ZABBIX_CA_FILE: str | None = None  # the frontend's certificate (self-signed) or its CA; None: the system trust store
+ZABBIX_TIMEOUT_SECONDS = 5
+ZABBIX_CACHE_SECONDS = 30  # one host.get per this many seconds and worker, shared by every user

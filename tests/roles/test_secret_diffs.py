@@ -23,6 +23,10 @@ SECRET_FILES = {
     "-portal.key": "the portal's TLS key",
     "{{ beegfs_server_conn_auth_secret }}": "the BeeGFS connection-authentication secret (servers)",
     "{{ beegfs_client_conn_auth_secret }}": "the BeeGFS connection-authentication secret (clients)",
+    "etc/zabbix/zabbix_server.conf.d/carme.conf.j2": "the Zabbix database password",
+    "etc/zabbix/zabbix.conf.php.j2": "the Zabbix database password (frontend)",
+    "{{ zabbix_agent_psk }}": "the agent's PSK",
+    "{{ zabbix_server_tls_key_file }}": "the Zabbix frontend's TLS key",
 }
 TEMPLATE_WORDS = ("password", "StoragePass", "SECRET_KEY", "authtok")
 

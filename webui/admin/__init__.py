@@ -20,6 +20,7 @@ from sqlalchemy import select
 from werkzeug.wrappers import Response
 
 from webui import forms
+from webui import monitoring
 from webui import session_service
 from webui.extensions import db
 from webui.models import AuditLog
@@ -59,6 +60,12 @@ def index() -> Any:
     )
     sessions = session_service.session_views(state, records, probe=False)
     return render_template("admin/index.html", state=state, sessions=sessions, usage=state.gpu_usage())
+
+
+@bp.route("/health")
+def health() -> Any:
+    """Per-node health from Zabbix: latest values and open problems (one shared snapshot, webui/monitoring.py)."""
+    return render_template("admin/health.html", health=monitoring.node_health())
 
 
 @bp.route("/sessions/<job_id>/stop", methods=["POST"])

@@ -9,6 +9,7 @@ from flask import current_app
 from flask import render_template
 from markupsafe import Markup
 
+from webui import monitoring
 from webui import session_service
 from webui import storage
 from webui.cluster_state import ClusterState
@@ -41,6 +42,9 @@ def index() -> Any:
     sessions = session_service.session_views(state, session_service.my_portal_sessions(user.username))
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
+    # GPU values (Zabbix) of the nodes my running jobs are on
+    my_nodes = sorted({n for j in state.jobs_of(user.username) if j.state == "RUNNING" for n in j.nodes})
+    health = monitoring.node_health()
     return render_template(
         "dashboard/index.html",
         state=state,
@@ -50,4 +54,6 @@ def index() -> Any:
         quota=session_service.quota_view(user.username, cached=True),
         storage_quota=storage.quota_view(user.username),
         news=session_service.latest_news(),
+        health=health,
+        my_nodes=my_nodes,
     )
