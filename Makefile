@@ -12,14 +12,19 @@ MOLECULE_LOCK := /tmp/carme-molecule.lock
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
+.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
 PREPARE = $(if $(CARME_PREPARED),,host venv image wheelhouse)
 
-demo: $(PREPARE) app-bundles ## bring up the embedded demo cluster and deploy site.yml on it
+demo: $(PREPARE) app-bundles session-images ## bring up the embedded demo cluster and deploy site.yml on it
 	carme demo up $(DEMO_UP_FLAGS)
+
+# The demo's container session image (Charliecloud), built once per recipe into /var/lib/carme/images, which the demo
+# nodes mount read-only. Needs the wheelhouse and the code-server bundle (app-bundles).
+session-images: app-bundles
+	bash scripts/session-images.sh
 
 # Apps the demo installs from an archive (code-server, built from npm once per version; cached with the wheels).
 # Only the demo needs them, so they are built on its line of `make test`, not in the shared setup.
