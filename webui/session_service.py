@@ -24,6 +24,7 @@ from carme_runtime.apps import AppSpec
 from carme_runtime.front import PORT_RANGE
 from carme_runtime.front import front_headers
 from carme_runtime.sessions import SessionLimits
+from carme_runtime.slurm_formats import parse_comment
 from webui import forms
 from webui.caches import TTLMap
 from webui.cluster_state import ClusterState
@@ -267,6 +268,24 @@ def _live_state() -> ClusterState:
     return state
 
 
+#: what a launcher's ``reason=`` in ``state=failed`` means, in words (carme_runtime.launch)
+FAILURE_REASONS = {"image": "its container image is missing on the node or does not match its registered digest"}
+
+
+def _launch_failed(job: Job) -> bool:
+    return (parse_comment(job.comment or "") or {}).get("state") == "failed"
+
+
+def _reason(job: Job) -> str:
+    """Why a session waits (Slurm's pending reason) or why its launcher gave up (the job comment)."""
+    if job.state == "PENDING":
+        return job.reason
+    fields = parse_comment(job.comment or "") or {}
+    if fields.get("state") == "failed":
+        return FAILURE_REASONS.get(fields.get("reason", ""), "the app did not start (see the job's output file)")
+    return ""
+
+
 #: how old a snapshot may be when a refusal depends on it (the session limit)
 FRESH_STATE_SECONDS = 1.0
 
@@ -385,13 +404,21 @@ def get_portal_session(job_id: int) -> PortalSession | None:
 
 _OPEN_SESSIONS_OF = (
     select(PortalSession)
-    .where(PortalSession.owner == bindparam("owner"), PortalSession.ended_at.is_(None))
+    .where(
+        PortalSession.owner == bindparam("owner"),
+        PortalSession.ended_at.is_(None) | (PortalSession.ended_at >= bindparam("since")),
+    )
     .order_by(PortalSession.created_at.desc())
 )
+#: a session whose launcher gave up stays on its owner's dashboard this long after it ended (with the reason), while
+#: Slurm still lists its job (MinJobAge); other ended sessions leave at once
+FAILED_SHOWN_SECONDS = 600
 
 
 def my_portal_sessions(username: str) -> list[PortalSession]:
-    return list(db.session.execute(_OPEN_SESSIONS_OF, {"owner": username}).scalars())
+    """The user's open sessions, and those ended in the last ``FAILED_SHOWN_SECONDS`` (shown only if they failed)."""
+    since = utcnow() - dt.timedelta(seconds=FAILED_SHOWN_SECONDS)
+    return list(db.session.execute(_OPEN_SESSIONS_OF, {"owner": username, "since": since}).scalars())
 
 
 def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
@@ -470,18 +497,20 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
     out = []
     changed = False
     for ps in records:
+        was_ended = ps.ended_at is not None
         job = state.job(ps.job_id)
         if job is not None and job.user != ps.owner:
             job = None  # a recycled job id is not this session
         if job is None and state.error:
-            out.append(_unknown_view(ps))
+            if not was_ended:
+                out.append(_unknown_view(ps))
             continue
         if job is None or job.state in TERMINAL:
             if ps.ended_at is None:
                 ps.ended_at = utcnow()
                 ps.secret = ""  # as in stop_session
                 changed = True
-            if job is None:
+            if job is None or (was_ended and not _launch_failed(job)):
                 continue
         ready = False
         spec = app_spec(ps.app)
@@ -497,7 +526,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "gpus": ps.gpus,
                 "partition": ps.partition,
                 "state": job.state,
-                "reason": job.reason if job.state == "PENDING" else "",
+                "reason": _reason(job),
                 "seconds_left": job.seconds_left(now),
                 "reservation": ps.reservation,
                 "ends_at": _ends_at(job),

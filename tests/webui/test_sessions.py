@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from flask import Flask
@@ -115,6 +116,18 @@ def test_a_session_just_stopped_does_not_count_against_the_limit(
     assert fresh_reads and all(age is not None and age <= 1.0 for age in fresh_reads)
     resp = post(client, "/sessions/new", GOOD)  # two active again: the fresh state agrees, still refused
     assert resp.status_code == 400 and "limit is 2" in resp.get_data(as_text=True)
+
+
+def test_a_session_whose_image_was_refused_says_why(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    job = fake_scheduler.jobs[job_id]
+    fake_scheduler.jobs[job_id] = dataclasses.replace(
+        job, state="FAILED", comment="carme:v1;app=jupyterlab;host=10.0.0.11;port=0;state=failed;reason=image"
+    )
+    log_in_as(app, client, "alice")
+    assert "container image is missing" in client.get("/").get_data(as_text=True)
+    view = next(v for v in client.get("/api/sessions").get_json()["sessions"] if v["job_id"] == job_id)
+    assert view["state"] == "FAILED" and "container image" in view["reason"], view
 
 
 def test_connect_only_when_ready_and_answering(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
