@@ -9,6 +9,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 BASE=${CARME_IMAGE_BASE:-/var/cache/carme/images/base-bookworm}
 SUITE=bookworm
 recipe=$(sha256sum "$here/image-base.sh" | cut -c1-16)
+# one build at a time: under `make test` the demo's session images and the host tests may both want the base
+mkdir -p "$(dirname "$BASE")"
+exec 9> "$(dirname "$BASE")/.base.lock"
+flock 9
 if [ -f "$BASE/.carme-recipe" ] && [ "$(cat "$BASE/.carme-recipe")" = "$recipe" ]; then
   echo "$BASE"
   exit 0
