@@ -17,15 +17,7 @@ if [ -f "$BASE/.carme-recipe" ] && [ "$(cat "$BASE/.carme-recipe")" = "$recipe" 
   echo "$BASE"
   exit 0
 fi
-mirror=""
-for f in /etc/apt/sources.list.d/*.sources; do
-  [ -e "$f" ] || continue
-  mirror=$(awk '/^URIs:/{print $2; exit}' "$f"); [ -n "$mirror" ] && break
-done
-if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-  mirror=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list)
-fi
-[ -n "$mirror" ] || { echo "image-base.sh: no Debian mirror found in this host's apt sources" >&2; exit 1; }
+mirror=$(bash "$here/debian-mirror.sh")
 work=$(mktemp -d "$(dirname "$BASE")/.base.XXXXXX" 2>/dev/null || { mkdir -p "$(dirname "$BASE")"; mktemp -d "$(dirname "$BASE")/.base.XXXXXX"; })
 trap 'rm -rf "$work"' EXIT
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \

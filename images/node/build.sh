@@ -20,15 +20,7 @@ rootfs=$work/rootfs
 cleanup() { umount -R "$rootfs/proc" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-mirror=""
-for f in /etc/apt/sources.list.d/*.sources; do
-  [ -e "$f" ] || continue
-  mirror=$(awk '/^URIs:/{print $2; exit}' "$f"); [ -n "$mirror" ] && break
-done
-if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
-  mirror=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list)
-fi
-[ -n "$mirror" ] || { echo "build.sh: no Debian mirror found in this host's apt sources" >&2; exit 1; }
+mirror=$(bash "$here/../../scripts/debian-mirror.sh")
 
 echo "debootstrap $SUITE (minbase)"
 debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3,ca-certificates \

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,7 +24,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
+from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import alice_session
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -43,22 +44,9 @@ BROKEN = "e2e-broken-digest"
 pytestmark = pytest.mark.e2e
 
 
-@dataclass
-class Session:
-    demo: Demo
-    alice: Any = None
-    job_id: int = 0
-    stopped: bool = False
-
-
 @pytest.fixture(scope="module")
-def session(demo: Demo) -> Iterator[Session]:
-    state = Session(demo=demo)
-    try:
-        yield state
-    finally:
-        if state.job_id and not state.stopped:
-            on_head("scancel", str(state.job_id))
+def session(demo: Demo) -> Iterator[AliceSession]:
+    yield from alice_session(demo)
 
 
 def start(page: Any, image: str) -> int:
@@ -74,7 +62,7 @@ def start(page: Any, image: str) -> int:
     return int(row.get_attribute("data-job") or 0)
 
 
-def test_alice_starts_jupyterlab_in_a_container_image(session: Session) -> None:
+def test_alice_starts_jupyterlab_in_a_container_image(session: AliceSession) -> None:
     on_head("scancel", "--user", "alice")
     on_head("rm", "-f", f"/home/alice/{MARKER}")
     page, _ = login(session.demo, "alice")
@@ -95,7 +83,7 @@ def test_alice_starts_jupyterlab_in_a_container_image(session: Session) -> None:
     session.demo.steps.shot(page, "alice-container-connect")
 
 
-def test_a_cell_runs_inside_the_image_as_alice(session: Session) -> None:
+def test_a_cell_runs_inside_the_image_as_alice(session: AliceSession) -> None:
     assert session.alice is not None and session.job_id, "no running session (previous step failed)"
     page = session.alice
     with page.context.expect_page() as new_page:
@@ -152,7 +140,7 @@ def test_a_cell_runs_inside_the_image_as_alice(session: Session) -> None:
     assert owner.stdout.split() == ["alice", uid]
 
 
-def test_alice_stops_the_container_session(session: Session) -> None:
+def test_alice_stops_the_container_session(session: AliceSession) -> None:
     assert session.alice is not None and session.job_id, "no session (first step failed)"
     page = session.alice
     page.goto(f"{BASE}/")

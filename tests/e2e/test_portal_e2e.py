@@ -17,15 +17,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
+from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import alice_session
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -38,25 +38,12 @@ CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
 pytestmark = pytest.mark.e2e
 
 
-@dataclass
-class Portal:
-    demo: Demo
-    alice: Any = None  # alice's page
-    job_id: int = 0
-    stopped: bool = False
-
-
 @pytest.fixture(scope="module")
-def portal(demo: Demo) -> Iterator[Portal]:
-    state = Portal(demo=demo)
-    try:
-        yield state
-    finally:
-        if state.job_id and not state.stopped:
-            on_head("scancel", str(state.job_id))
+def portal(demo: Demo) -> Iterator[AliceSession]:
+    yield from alice_session(demo)
 
 
-def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: Portal) -> None:
+def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: AliceSession) -> None:
     on_head("scancel", "--user", "alice")  # leftovers of an interrupted run
     page, _ = login(portal.demo, "alice")
     portal.alice = page
@@ -88,7 +75,7 @@ def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: Portal) -> Non
     portal.demo.steps.shot(page, "alice-connect-button")
 
 
-def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: Portal) -> None:
+def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: AliceSession) -> None:
     assert portal.alice is not None and portal.job_id, "no running session (previous step failed)"
     page = portal.alice
     with page.context.expect_page() as new_page:
@@ -136,7 +123,7 @@ def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: Portal) -> N
     lab.close()
 
 
-def test_bob_is_refused_alices_session(portal: Portal) -> None:
+def test_bob_is_refused_alices_session(portal: AliceSession) -> None:
     assert portal.job_id, "no session (first step failed)"
     page, _ = login(portal.demo, "bob")
     context = page.context
@@ -156,7 +143,7 @@ def test_bob_is_refused_alices_session(portal: Portal) -> None:
     context.close()
 
 
-def test_the_ide_port_refuses_requests_without_the_secret(portal: Portal) -> None:
+def test_the_ide_port_refuses_requests_without_the_secret(portal: AliceSession) -> None:
     assert portal.job_id, "no session (first step failed)"
     fields = dict(kv.split("=", 1) for kv in job_comment(portal.job_id).split(";") if "=" in kv)
     host, port = fields.get("host"), fields.get("port")
@@ -174,7 +161,7 @@ def test_the_ide_port_refuses_requests_without_the_secret(portal: Portal) -> Non
     assert code in ("401", "403") or (code == "302" and "login" in where), lab.stdout
 
 
-def test_alice_stops_the_session_and_it_leaves_squeue(portal: Portal) -> None:
+def test_alice_stops_the_session_and_it_leaves_squeue(portal: AliceSession) -> None:
     assert portal.alice is not None and portal.job_id, "no session (first step failed)"
     page = portal.alice
     page.goto(f"{BASE}/")
