@@ -69,6 +69,10 @@ BROKEN: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"slurm_partitions": [{"name": "batch", "node_groups": ["gpu", "nosuch"]}]},
         ["slurm_partitions[0]", "nosuch"],
     ),
+    "session_qos_preempts_itself": (  # one user's session could end another's
+        {"slurm_qos": [{"name": "normal"}, {"name": "interactive", "Preempt": ["normal", "interactive"]}]},
+        ["slurm_qos[1] (interactive).Preempt names the QOS itself"],
+    ),
 }
 
 

@@ -92,6 +92,50 @@ def slurm_node_group_errors(groups: Any, all_hosts: Iterable[str]) -> list[str]:
     return errors
 
 
+def _names(value: Any) -> list[str]:
+    """A QOS list as sacctmgr takes it: a list, or a comma-separated string."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return []
+
+
+def slurm_preemption_errors(qos: Any, preempt_type: str, preempt_mode: str) -> list[str]:
+    """Checks on the preemption policy (slurm_qos ``Preempt`` lists, PreemptType/PreemptMode) that an argument spec
+    cannot express. Returns messages naming the variable.
+
+    A QOS never lists itself: its jobs would preempt each other, so one user's interactive session could end
+    another's. Two QOS never preempt each other, and a Preempt list names only QOS declared in slurm_qos.
+    """
+    errors: list[str] = []
+    if not isinstance(qos, list):
+        return [f"slurm_qos must be a list, got {type(qos).__name__}"]
+    declared = [q.get("name") for q in qos if isinstance(q, Mapping)]
+    preempts: dict[str, list[str]] = {}
+    for i, q in enumerate(qos):
+        if not isinstance(q, Mapping) or "Preempt" not in q:
+            continue
+        name = str(q.get("name"))
+        where = f"slurm_qos[{i}] ({name}).Preempt"
+        targets = _names(q["Preempt"])
+        preempts[name] = targets
+        if targets and preempt_type != "preempt/qos":
+            errors.append(f"{where} needs slurm_preempt_type: preempt/qos (it is {preempt_type})")
+        if name in targets:
+            errors.append(f"{where} names the QOS itself: its jobs would preempt each other (a session another)")
+        for target in targets:
+            if target not in declared:
+                errors.append(f"{where}: {target!r} is not a QOS in slurm_qos")
+    for name, targets in preempts.items():
+        for target in targets:
+            if target != name and name in preempts.get(target, []) and name < target:
+                errors.append(f"slurm_qos: {name!r} and {target!r} preempt each other")
+    if preempt_type == "preempt/qos" and str(preempt_mode).upper() == "OFF":
+        errors.append("slurm_preempt_mode must not be OFF with slurm_preempt_type: preempt/qos (REQUEUE or CANCEL)")
+    return errors
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -99,4 +143,5 @@ class FilterModule:
             "slurm_value": slurm_value,
             "slurm_merge": slurm_merge,
             "slurm_node_group_errors": slurm_node_group_errors,
+            "slurm_preemption_errors": slurm_preemption_errors,
         }

@@ -14,7 +14,15 @@ description:
   - Supports check mode and diff mode.
 options:
   cluster: {description: ClusterName, type: str, required: true}
-  qos: {description: "QOS list: name plus sacctmgr fields", type: list, elements: dict, default: []}
+  qos:
+    description:
+      - "QOS list: name plus sacctmgr fields (QOS_FIELDS)."
+      - "Preemption: Preempt (the QOS whose jobs this one's may preempt, a list; never the QOS itself), PreemptMode
+        (requeue, cancel; unset means the cluster's PreemptMode) and GraceTime (seconds a preempted job gets after
+        SIGTERM before it is requeued or cancelled) of the QOS that is preempted."
+    type: list
+    elements: dict
+    default: []
   accounts:
     description:
       - "Accounts: name, description, organization, parent, qos, default_qos, plus association limits (ASSOC_FIELDS:
@@ -66,12 +74,15 @@ QOS_FIELDS = {
     "GrpTRES": "GrpTRES",
     "GrpTRESMins": "GrpTRESMins",
     "GrpWall": "GrpWall",
+    "GraceTime": "GraceTime",
     "MaxJobsPerUser": "MaxJobsPU",
     "MaxSubmitJobsPerUser": "MaxSubmitPU",
     "MaxTRESPerJob": "MaxTRES",
     "MaxTRESPerNode": "MaxTRESPerNode",
     "MaxTRESPerUser": "MaxTRESPU",
     "MaxWall": "MaxWall",
+    "Preempt": "Preempt",
+    "PreemptMode": "PreemptMode",
     "Priority": "Priority",
     "UsageFactor": "UsageFactor",
 }
@@ -132,7 +143,32 @@ def norm_time(value):
     return str(days * 1440 + hours * 60 + minutes + -(-seconds // 60))
 
 
+def norm_seconds(value):
+    """GraceTime to seconds: a plain number is seconds (sacctmgr's unit for it), and sacctmgr prints '00:00:30'."""
+    value = str(value).strip()
+    if value in ("", "-1", "UNLIMITED", "INFINITE"):
+        return "0"
+    try:
+        if "-" in value:  # days-hours[:minutes[:seconds]]
+            d, rest = value.split("-", 1)
+            hours, minutes, seconds = ([int(x) for x in rest.split(":")] + [0, 0])[:3]
+            return str(int(d) * 86400 + hours * 3600 + minutes * 60 + seconds)
+        total = 0
+        for part in value.split(":"):  # seconds, minutes:seconds or hours:minutes:seconds
+            total = total * 60 + int(part)
+    except ValueError:
+        return value
+    return str(total)
+
+
 def norm(key, value):
+    if key == "Preempt":  # the QOS this one may preempt, in any order; sacctmgr prints "" for none
+        names = value if isinstance(value, (list, tuple)) else str(value or "").split(",")
+        return ",".join(sorted(str(n).strip() for n in names if str(n).strip()))
+    if key == "PreemptMode":  # sacctmgr prints "cluster" where the QOS has none of its own
+        return str(value or "").strip().lower() or "cluster"
+    if key == "GraceTime":
+        return norm_seconds("" if value is None else value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -205,6 +241,8 @@ def validate(module, p):
             name = item.get("name")
             if not isinstance(name, str) or not NAME_RE.match(name):
                 module.fail_json(msg=f"{kind}[{i}].name is missing or invalid: {name!r}")
+            if kind == "qos" and name in norm("Preempt", item.get("Preempt")).split(","):
+                module.fail_json(msg=f"qos[{i}] ({name}): Preempt names the QOS itself; its jobs would preempt each other")
             if kind == "qos":
                 unknown = sorted(set(item) - set(QOS_FIELDS) - {"name"})
                 if unknown:
@@ -273,7 +311,9 @@ def main():
                     continue
                 have = norm(key, cur.get(QOS_FIELDS[key], ""))
                 if have != norm(key, value):
-                    changes.append("{}={}".format(key, ",".join(value) if isinstance(value, list) else value))
+                    if isinstance(value, list):
+                        value = ",".join(str(v) for v in value)  # "Preempt=" (empty) clears the list
+                    changes.append(f"{key}={value}")
                     before.setdefault("qos", {}).setdefault(name, {})[key] = cur.get(QOS_FIELDS[key], "")
                     after.setdefault("qos", {}).setdefault(name, {})[key] = value
             if changes:
