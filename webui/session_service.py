@@ -26,6 +26,7 @@ from carme_runtime.front import front_headers
 from carme_runtime.sessions import SessionLimits
 from carme_runtime.slurm_formats import parse_comment
 from webui import forms
+from webui import pending_reasons
 from webui.caches import TTLMap
 from webui.cluster_state import ClusterState
 from webui.cluster_state import Endpoint
@@ -279,7 +280,7 @@ def _launch_failed(job: Job) -> bool:
 def _reason(job: Job) -> str:
     """Why a session waits (Slurm's pending reason) or why its launcher gave up (the job comment)."""
     if job.state == "PENDING":
-        return job.reason
+        return pending_reasons.explain(job.reason)
     fields = parse_comment(job.comment or "") or {}
     if fields.get("state") == "failed":
         return FAILURE_REASONS.get(fields.get("reason", ""), "the app did not start (see the job's output file)")
@@ -527,6 +528,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "partition": ps.partition,
                 "state": job.state,
                 "reason": _reason(job),
+                "slurm_reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
                 "reservation": ps.reservation,
                 "ends_at": _ends_at(job),
@@ -560,6 +562,7 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
         "partition": ps.partition,
         "state": "UNKNOWN",
         "reason": "scheduler unreachable",
+        "slurm_reason": "",
         "seconds_left": None,
         "reservation": ps.reservation,
         "ends_at": None,
