@@ -18,8 +18,8 @@ options:
     description:
       - "QOS list: name plus sacctmgr fields (QOS_FIELDS)."
       - "Preemption: Preempt (the QOS whose jobs this one's may preempt, a list; never the QOS itself), PreemptMode
-        (requeue, cancel; unset means the cluster's PreemptMode) and GraceTime (seconds a preempted job gets after
-        SIGTERM before it is requeued or cancelled) of the QOS that is preempted."
+        (requeue, cancel; unset means the cluster's PreemptMode) and GraceTime (seconds a job chosen for preemption
+        runs on before it is requeued or cancelled) of the QOS that is preempted."
     type: list
     elements: dict
     default: []
