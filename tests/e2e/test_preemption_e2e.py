@@ -8,10 +8,10 @@ lands, is requeued when preempted; ``interactive`` does not list itself):
   session started through the portal answers 200 through the proxy within 30 s of the start request;
 * the batch job whose node it took is requeued, not lost: pending again with ``Restarts=1``, its first run
   ``PREEMPTED`` in sacct; bob's other job runs on;
-* alice cannot preempt another interactive session: with every CPU held by interactive-QOS jobs (her session and
-  carol's), her second session through the portal waits, and the dashboard says why in words; nothing of carol's
-  or her own is ever selected for preemption (``PreemptTime=None``, ``Restarts=0``) and her first session still
-  answers.
+* alice cannot preempt another interactive session: with every CPU held by interactive-QOS jobs (her session,
+  carol's portal session and an sbatch job of carol's in QOS ``interactive``), her second session through the portal
+  waits, and the dashboard says why in words; nothing of carol's or her own is ever selected for preemption
+  (``PreemptTime=None``, ``Restarts=0``), and both sessions still answer through the proxy.
 
 bob's and carol's jobs and alice's sessions are cancelled at the end. Uses the ``demo`` fixture's helpers
 (tests/fixtures/demo.py): skips without a demo unless ``CARME_E2E_REQUIRED=1``.
@@ -48,6 +48,8 @@ TERMINAL = ("FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "PREEMPTED", "gone")
 class Scene:
     demo: Demo
     alice: Any = None  # alice's page
+    carol_page: Any = None
+    carol_session: int = 0
     session: int = 0  # alice's first session (1 GPU)
     second: int = 0  # alice's second session, which must wait
     bob: list[int] = field(default_factory=list)
@@ -92,16 +94,32 @@ def never_preempted(job_id: int) -> None:
     assert info.get("PreemptTime", "None") == "None" and info.get("Restarts") == "0", info
 
 
-def start_session(scene: Scene, gpus: int) -> int:
+def start_session(page: Any, gpus: int) -> int:
     body = {"app": "jupyterlab", "image": "jupyter", "gpus": gpus, "time_minutes": 20}
-    resp = scene.api.post(f"{BASE}/api/sessions", data=body, headers=csrf_headers(scene.alice.context))
+    resp = page.context.request.post(f"{BASE}/api/sessions", data=body, headers=csrf_headers(page.context))
     assert resp.status == 201, resp.text()
     return int(resp.json()["job_id"])
 
 
-def view(scene: Scene, job_id: int) -> dict[str, Any]:
-    views = scene.api.get(f"{BASE}/api/sessions").json()["sessions"]
+def view(page: Any, job_id: int) -> dict[str, Any]:
+    views = page.context.request.get(f"{BASE}/api/sessions").json()["sessions"]
     return next((v for v in views if v["job_id"] == job_id), {"state": "gone"})
+
+
+def answers(page: Any, job_id: int, timeout: float = 60) -> bool:
+    """The session is ready, and its app answers 200 through the proxy (after the Connect ticket)."""
+    deadline = time.monotonic() + timeout
+    while not view(page, job_id).get("ready"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    connect(page.context.request, job_id)
+    return status(page, job_id) == 200
+
+
+def status(page: Any, job_id: int) -> int:
+    """The HTTP status of the session's app (``api/status``) through the proxy, in the page's browser context."""
+    return int(page.context.request.get(proxied(job_id, "api/status"), max_redirects=0).status)
 
 
 def queue_of(*users: str) -> list[str]:
@@ -127,14 +145,15 @@ def scene(demo: Demo) -> Iterator[Scene]:
     finally:
         for user in ("bob", "carol"):
             on_head("scancel", "--user", user)
-        for job_id in (state.session, state.second):
+        for job_id in (state.session, state.second, state.carol_session):
             if job_id:
                 on_head("scancel", str(job_id))
         deadline = time.monotonic() + 90
         while queue_of("bob", "carol") and time.monotonic() < deadline:
             time.sleep(2)
-        if state.alice is not None:
-            state.alice.context.close()
+        for page in (state.alice, state.carol_page):
+            if page is not None:
+                page.context.close()
         assert not queue_of("bob", "carol"), "bob's or carol's jobs are still queued after scancel"
 
 
@@ -148,9 +167,9 @@ def test_alices_session_preempts_bobs_batch_jobs_and_answers_within_30_s(scene: 
     scene.demo.steps.shot(scene.alice, "preemption-nodes-full")
 
     t0 = time.monotonic()
-    scene.session = start_session(scene, gpus=1)
+    scene.session = start_session(scene.alice, gpus=1)
     seen: list[str] = []  # what the API said while the session waited
-    while not (current := view(scene, scene.session)).get("ready"):
+    while not (current := view(scene.alice, scene.session)).get("ready"):
         assert current["state"] not in TERMINAL, current
         if current["state"] == "PENDING" and current.get("reason") not in seen:
             seen.append(current["reason"])
@@ -158,9 +177,9 @@ def test_alices_session_preempts_bobs_batch_jobs_and_answers_within_30_s(scene: 
         assert elapsed < START_BOUND_S, f"alice's session not ready {elapsed:.0f} s after Start: {current}; {seen}"
         time.sleep(0.5)
     connect(scene.api, scene.session)
-    while (status := scene.api.get(proxied(scene.session, "api/status"), max_redirects=0).status) != 200:
+    while (code := status(scene.alice, scene.session)) != 200:
         elapsed = time.monotonic() - t0
-        assert elapsed < START_BOUND_S, f"no 200 through the proxy {elapsed:.0f} s after Start ({status})"
+        assert elapsed < START_BOUND_S, f"no 200 through the proxy {elapsed:.0f} s after Start ({code})"
         time.sleep(0.5)
     elapsed = time.monotonic() - t0
     print(f"alice's session answered 200 through the proxy {elapsed:.1f} s after Start; waiting reasons: {seen}")
@@ -192,20 +211,21 @@ def test_alices_session_preempts_bobs_batch_jobs_and_answers_within_30_s(scene: 
 
 def test_alice_cannot_preempt_another_interactive_session(scene: Scene) -> None:
     assert scene.session and scene.requeued, "no running session (previous step failed)"
-    # carol's interactive-QOS jobs take every other CPU: the free one beside alice's session, then (preempting bob's
-    # other batch job) the whole second node
-    scene.carol.append(sbatch("carol", "--partition=interactive", "--qos=interactive", "--cpus-per-task=1",
-                              "--mem=100"))  # fmt: skip
-    assert wait_state(scene.carol[0], "RUNNING").get("JobState") == "RUNNING", job(scene.carol[0])
+    # carol's interactive work takes every other CPU: her portal session the free one beside alice's session (no
+    # preemption needed), then an sbatch job of hers in QOS interactive the whole second node (preempting bob's other
+    # batch job)
+    scene.carol_page, _ = login(scene.demo, "carol")
+    scene.carol_session = start_session(scene.carol_page, gpus=0)
+    assert answers(scene.carol_page, scene.carol_session), view(scene.carol_page, scene.carol_session)
     scene.carol.append(sbatch("carol", "--partition=interactive", "--qos=interactive",
                               f"--cpus-per-task={CPUS_PER_NODE}", "--mem=100"))  # fmt: skip
-    assert wait_state(scene.carol[1], "RUNNING", timeout=90).get("JobState") == "RUNNING", job(scene.carol[1])
+    assert wait_state(scene.carol[0], "RUNNING", timeout=90).get("JobState") == "RUNNING", job(scene.carol[0])
     assert all(requeued(job(b)) for b in scene.bob), [job(b) for b in scene.bob]  # queued, not lost
 
-    # every CPU is held by interactive sessions now: alice's second session waits, and the portal says why
-    scene.second = start_session(scene, gpus=0)
+    # every CPU is held by interactive work now: alice's second session waits, and the portal says why
+    scene.second = start_session(scene.alice, gpus=0)
     deadline = time.monotonic() + 60
-    while (current := view(scene, scene.second)).get("slurm_reason") in (None, "", "None"):
+    while (current := view(scene.alice, scene.second)).get("slurm_reason") in (None, "", "None"):
         assert current["state"] == "PENDING", current
         assert time.monotonic() < deadline, current
         time.sleep(1)
@@ -219,7 +239,7 @@ def test_alice_cannot_preempt_another_interactive_session(scene: Scene) -> None:
 
     time.sleep(20)  # a preemption is chosen at the scheduler's first pass; give it several
     assert job(scene.second).get("JobState") == "PENDING", job(scene.second)
-    for interactive in (scene.session, *scene.carol):
+    for interactive in (scene.session, scene.carol_session, *scene.carol):
         never_preempted(interactive)
-    assert scene.api.get(proxied(scene.session, "api/status"), max_redirects=0).status == 200
+    assert status(scene.alice, scene.session) == 200 and status(scene.carol_page, scene.carol_session) == 200
     assert all(requeued(job(b)) for b in scene.bob), [job(b) for b in scene.bob]
