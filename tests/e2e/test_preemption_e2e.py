@@ -136,6 +136,9 @@ def scene(demo: Demo) -> Iterator[Scene]:
         time.sleep(2)
     others = on_head("squeue", "--noheader", "--states=RUNNING", "--format=%i %u %N").stdout.strip()
     assert not others, f"other jobs hold the demo's nodes; this test needs them to itself:\n{others}"
+    reservations = on_head("scontrol", "-o", "show", "reservation").stdout.splitlines()
+    reservations = [r for r in reservations if "State=ACTIVE" in r]
+    assert not reservations, f"an active reservation holds nodes; this test needs them to itself:\n{reservations}"
     policy = on_head("sacctmgr", "-n", "-P", "show", "qos", "interactive", "format=preempt").stdout.strip()
     assert "normal" in policy.split(","), f"QOS interactive may not preempt normal ({policy!r}): deploy the policy"
     state = Scene(demo=demo)
