@@ -384,8 +384,13 @@ def node_in_service(cluster: HostSlurm, timeout: float = 30) -> str:
     return state
 
 
-def test_hooks_log_every_job(host_slurm: HostSlurm) -> None:
-    job = host_slurm.sbatch("bob", "echo ran\n", "--mem=100", "--time=2", "--gres=gpu:1")
+#: what marks a Carme session for the hooks (carme_runtime.sessions submits every session with it); the hooks leave
+#: other jobs alone (tests/integration/test_foreign_jobs.py)
+CARME_JOB = "--comment=carme:v1;app=test;state=submitted"
+
+
+def test_hooks_log_every_carme_job(host_slurm: HostSlurm) -> None:
+    job = host_slurm.sbatch("bob", "echo ran\n", "--mem=100", "--time=2", "--gres=gpu:1", CARME_JOB)
     assert host_slurm.wait_job(job) == "COMPLETED", host_slurm.job_output("bob", job)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "epilog" not in hook_log(host_slurm, str(job)):
@@ -398,7 +403,7 @@ def test_hooks_log_every_job(host_slurm: HostSlurm) -> None:
 
 @pytest.mark.parametrize("hook", ["prolog", "epilog"])
 def test_malformed_hook_environment_logs_and_does_not_drain(host_slurm: HostSlurm, hook: str) -> None:
-    job = host_slurm.sbatch("bob", "echo ran\n", "--hold", "--mem=100", "--time=2")
+    job = host_slurm.sbatch("bob", "echo ran\n", "--hold", "--mem=100", "--time=2", CARME_JOB)
     flag = host_slurm.malform_hook_env(job, hook)
     try:
         host_slurm.run(["scontrol", "release", str(job)])
@@ -418,7 +423,7 @@ def test_malformed_hook_environment_logs_and_does_not_drain(host_slurm: HostSlur
         reason = host_slurm.run(["sinfo", "--noheader", "-R", "--format=%E"]).stdout.strip()
         assert reason == "", reason
         # and the node still takes the next job, whose hooks run normally
-        nxt = host_slurm.sbatch("bob", "echo next\n", "--mem=100", "--time=2")
+        nxt = host_slurm.sbatch("bob", "echo next\n", "--mem=100", "--time=2", CARME_JOB)
         assert host_slurm.wait_job(nxt) == "COMPLETED"
         assert f"prolog job={nxt} " in hook_log(host_slurm, str(nxt))
     finally:
