@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
 from carme_runtime.rendezvous import NAMES
 from carme_runtime.rendezvous import rendezvous_env
+from tests.fixtures.net import free_port
 
 SECRET = "s3cr3t-" + "x" * 40
 
@@ -88,3 +90,34 @@ def test_apptainer_app_gets_the_rendezvous_through_its_prefix(tmp_path: Path) ->
     plan = _plan(tmp_path, "apptainer", "/opt/images/pytorch.sif")
     assert plan.env["APPTAINERENV_MASTER_ADDR"] == "10.89.0.11"  # apptainer --cleanenv passes only these
     assert plan.env["APPTAINERENV_WORLD_SIZE"] == "2"
+
+
+ALLREDUCE = Path(__file__).resolve().parents[1] / "fixtures" / "multinode" / "allreduce_check.py"
+
+
+def test_allreduce_check_sums_over_three_processes_from_the_rendezvous_variables() -> None:
+    """The check the multi-node tests run with ``srun`` in a session, here as three local processes on 127.0.0.1."""
+    env = rendezvous_env({"SLURM_JOB_NODELIST": "n[1-3]"}, "127.0.0.1", free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ALLREDUCE)],
+            env={**env, "SLURM_PROCID": str(rank), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (1, 2, 0)  # the others start first and wait for rank 0
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    lines = sorted(out.strip() for out, _err in outs)
+    assert [line.split()[1] for line in lines] == ["rank=0", "rank=1", "rank=2"]
+    assert all(line.endswith(" sum=6") and " size=3 " in line for line in lines), lines
+
+
+def test_allreduce_check_names_a_missing_variable() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ALLREDUCE)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1
+    assert "MASTER_ADDR" in proc.stderr

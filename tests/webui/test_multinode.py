@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from flask import Flask
@@ -11,6 +12,7 @@ from webui.extensions import db
 from webui.models import AuditLog
 
 from .conftest import FakeScheduler
+from .conftest import add_session
 from .conftest import csrf_token
 from .conftest import log_in_as
 from .conftest import post
@@ -99,3 +101,16 @@ def test_json_api_takes_the_node_count(app: Flask, client: Any, fake_scheduler: 
     resp = client.post("/api/sessions", json={**GOOD, "nodes": 2}, headers=headers)
     assert resp.status_code == 201
     assert fake_scheduler.submitted[0][0].nodes == 2
+
+
+def test_dashboard_names_the_nodes_of_a_multi_node_session(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    two_nodes(app, fake_scheduler)
+    log_in_as(app, client, "alice")
+    one = add_session(app, fake_scheduler, "alice")
+    two = add_session(app, fake_scheduler, "alice")
+    fake_scheduler.jobs[two] = dataclasses.replace(fake_scheduler.jobs[two], nodes=("gpu01", "gpu02"))
+    page = client.get("/").get_data(as_text=True)
+    assert '<small class="session-nodes">2 nodes: gpu01, gpu02</small>' in page
+    assert page.count('class="session-nodes"') == 1, one  # a one-node session has no such line
