@@ -344,7 +344,9 @@ def plan_launch(
             unshare=unshare,
             python=sys.executable,
         )
-    base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
+    # SLURM_EXPORT_ENV is sbatch's --export (the job's few variable names): left in the app's environment, every
+    # ``srun`` from the session's terminal would hand its tasks only those, without the rendezvous variables
+    base = {k: v for k, v in env.items() if k not in ("CARME_SESSION_SECRET", "SLURM_EXPORT_ENV")}
     app_env = {**(rendezvous or {}), **rendered.env, **datasets.session_env(home, config.datasets)}
     proc_env = runtime.environment(app_env, base)
     return LaunchPlan(

@@ -57,6 +57,7 @@ def _job_env(tmp_path: Path, runtime: str, image: str) -> dict[str, str]:
         "CARME_SESSION_SECRET": SECRET,
         "HOME": str(tmp_path / "home"),
         "PATH": "/usr/bin:/bin",
+        "SLURM_EXPORT_ENV": "PATH,CARME_APP,CARME_IMAGE,CARME_RUNTIME,CARME_WORKDIR,CARME_SESSION_SECRET",
     }
 
 
@@ -84,6 +85,9 @@ def test_app_environment_has_the_rendezvous_and_keeps_slurm_job_variables(tmp_pa
     assert plan.env["WORLD_SIZE"] == plan.env["NNODES"] == "2"
     assert plan.env["SLURM_JOB_ID"] == "77" and plan.env["SLURM_JOB_NODELIST"] == "node[1-2]"
     assert "CARME_SESSION_SECRET" not in plan.env
+    # sbatch's --export names: srun in the session would pass on only those (not MASTER_ADDR...): srun's default
+    # (every variable) applies instead
+    assert "SLURM_EXPORT_ENV" not in plan.env
 
 
 def test_apptainer_app_gets_the_rendezvous_through_its_prefix(tmp_path: Path) -> None:
