@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -60,7 +62,7 @@ def job_nodes(job_id: int) -> list[str]:
     return expand_hostlist(on_head("squeue", "--noheader", "--format=%N", "--jobs", str(job_id)).stdout.strip())
 
 
-def on_node(node: str, *argv: str, stdin: str | None = None, timeout: float = 60) -> object:
+def on_node(node: str, *argv: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return run(["podman", "exec", "-i", NODE_PREFIX + node, *argv], stdin=stdin, timeout=timeout)
 
 
@@ -120,13 +122,13 @@ def test_alice_starts_a_two_node_session_from_the_portal(portal: AliceSession) -
     portal.demo.steps.shot(page, "alice-two-node-session-ready")
 
 
-def run_cell(lab: object, code: str, expect: str, timeout_s: float) -> str:
+def run_cell(lab: Any, code: str, expect: str, timeout_s: float) -> str:
     """Type ``code`` into the notebook's first cell, run it, return the output that contains ``expect``."""
-    cell = lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first  # type: ignore[attr-defined]
+    cell = lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
     for _ in range(3):  # an editor re-rendered while typing loses the keystrokes: type again into the new one
         cell.click()
-        lab.keyboard.press("Control+A")  # type: ignore[attr-defined]
-        lab.keyboard.type(code)  # type: ignore[attr-defined]
+        lab.keyboard.press("Control+A")
+        lab.keyboard.type(code)
         if cell.inner_text().strip() == code:
             break
     assert cell.inner_text().strip() == code, cell.inner_text()
@@ -136,13 +138,13 @@ def run_cell(lab: object, code: str, expect: str, timeout_s: float) -> str:
         # Right after the kernel turns idle, JupyterLab may drop the first execute request (the cell stays "[ ]"):
         # ask again until the cell runs ("[*]") or has its output.
         cell.click()
-        lab.keyboard.press("Control+Enter")  # type: ignore[attr-defined]
+        lab.keyboard.press("Control+Enter")
         try:
-            lab.wait_for_selector(f"{running}, {output}", timeout=20_000)  # type: ignore[attr-defined]
+            lab.wait_for_selector(f"{running}, {output}", timeout=20_000)
             break
         except PlaywrightTimeout:
             continue
-    out = lab.wait_for_selector(output, timeout=timeout_s * 1000)  # type: ignore[attr-defined]
+    out = lab.wait_for_selector(output, timeout=timeout_s * 1000)
     return str(out.inner_text())
 
 
@@ -155,12 +157,12 @@ def test_mpi_hello_and_the_rendezvous_over_both_nodes_from_the_notebook(portal: 
     # alice's home is shared by every node (docs/testbed.md): written once, on the node the notebook runs on
     on_node(first, "runuser", "-u", "alice", "--", "rm", "-rf", workdir)
     made = on_node(first, "runuser", "-u", "alice", "--", "mkdir", "-p", workdir)
-    assert made.returncode == 0, made.stderr  # type: ignore[attr-defined]
+    assert made.returncode == 0, made.stderr
     for name in FILES:
         wrote = on_node(
             first, "runuser", "-u", "alice", "--", "tee", f"{workdir}/{name}", stdin=(FIXTURES / name).read_text()
         )
-        assert wrote.returncode == 0, wrote.stderr  # type: ignore[attr-defined]
+        assert wrote.returncode == 0, wrote.stderr
 
     page = portal.alice
     with page.context.expect_page() as new_page:
@@ -184,8 +186,8 @@ def test_mpi_hello_and_the_rendezvous_over_both_nodes_from_the_notebook(portal: 
     lab.close()
 
     raw = on_node(first, "runuser", "-u", "alice", "--", "cat", f"{workdir}/results.json")  # root may be squashed
-    assert raw.returncode == 0, f"no results.json; the cell printed {text!r}"  # type: ignore[attr-defined]
-    results = json.loads(raw.stdout)  # type: ignore[attr-defined]
+    assert raw.returncode == 0, f"no results.json; the cell printed {text!r}"
+    results = json.loads(raw.stdout)
     steps = results["steps"]
     for name, step in steps.items():
         assert step["rc"] == 0, f"{name}: {step['argv']} exited {step['rc']}\n{step['stdout']}\n{step['stderr']}"
