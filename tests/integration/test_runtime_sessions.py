@@ -365,6 +365,66 @@ def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env
         host_slurm.wait_job(job_id, timeout=120)
 
 
+# --- multi-node sessions (issue 15), on this one node ---------------------------------------------------------
+
+MULTINODE = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
+
+
+def jupyter_environ(cluster: HostSlurm, job_id: int) -> dict[str, str]:
+    """The environment of the session's JupyterLab: what its terminals and notebook kernels inherit."""
+    for pid in job_pids(cluster, job_id):
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+        if any(re.search(rb"jupyter", a) for a in argv[:2]):
+            return process_environ(pid)
+    raise AssertionError(f"no jupyter process among the job's pids: {job_pids(cluster, job_id)}")
+
+
+def test_srun_with_pmix_and_the_rendezvous_from_the_sessions_environment(
+    host_slurm: HostSlurm, jupyter_session: Session
+) -> None:
+    """From the app's environment, as a user's terminal has it: the rendezvous variables name this (first) node,
+    ``srun --mpi=pmix`` starts an MPI program compiled with ``mpicc`` inside the session's allocation (MpiDefault
+    pmix, PMIx loaded by slurmd), and the all-reduce check meets at ``MASTER_ADDR:MASTER_PORT``. One node here;
+    the demo's e2e test (tests/e2e/test_multinode_e2e.py) does the same over two."""
+    s = jupyter_session
+    env = jupyter_environ(host_slurm, s.job_id)
+    assert env.get("MASTER_ADDR") == s.host, env.get("MASTER_ADDR")
+    assert 0 < int(env.get("MASTER_PORT", "0")) < 65536
+    assert env.get("WORLD_SIZE") == env.get("NNODES") == "1"
+    assert env.get("CARME_MASTER_NODE") == env.get("SLURM_JOB_NODELIST"), env
+    assert "MpiDefault=pmix" in host_slurm.slurm_conf.read_text()
+
+    workdir = host_slurm.user_dir(s.user) / "multinode"
+    workdir.mkdir(exist_ok=True)
+    for name in ("mpi_hello.c", "allreduce_check.py"):
+        (workdir / name).write_bytes((MULTINODE / name).read_bytes())
+    pw = pwd.getpwnam(s.user)
+    for path in (workdir, *workdir.iterdir()):
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    user_env = {**env, "SLURM_CONF": str(host_slurm.slurm_conf)}
+
+    def as_user(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/usr/sbin/runuser", "-u", s.user, "--", *argv],
+            env=user_env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    built = as_user("mpicc", "-o", "mpi_hello", "mpi_hello.c")
+    assert built.returncode == 0, built.stderr
+    hello = as_user("srun", "--mpi=pmix", "./mpi_hello")
+    assert hello.returncode == 0, f"{hello.stdout}\n{hello.stderr}\n{host_slurm.log_tail('slurmd')}"
+    assert re.fullmatch(r"mpi-hello rank=0 size=1 node=\S+ sum=1", hello.stdout.strip()), hello.stdout
+    check = as_user("srun", "python3", "allreduce_check.py")
+    assert check.returncode == 0, f"{check.stdout}\n{check.stderr}"
+    assert check.stdout.strip().endswith(f"master={s.host}:{env['MASTER_PORT']} sum=1"), check.stdout
+
+
 # --- hooks ------------------------------------------------------------------------------------------------
 
 
