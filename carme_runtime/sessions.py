@@ -265,7 +265,7 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
     job.update(
         {
             "time_limit": req.time_minutes,
-            "nodes": [req.nodes, req.nodes],  # v0.0.38: [min, max]
+            "nodes": req.nodes,  # v0.0.38: a count (min = max); a [min, max] list is ignored (1 node)
             "tasks": req.nodes,
             "cpus_per_task": req.cpus,
             "memory_per_node": req.mem_mb,

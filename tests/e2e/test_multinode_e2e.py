@@ -75,7 +75,7 @@ def alice_home() -> str:
 def test_the_interactive_qos_limits_nodes_per_job(demo: Demo) -> None:
     """Slurm's own limit, for every submission path (sbatch too): the portal's SESSION_MAX_NODES is the same."""
     out = on_head("sacctmgr", "--noheader", "--parsable2", "show", "qos", "interactive", "format=MaxTRES")
-    assert f"node={NODES}" in out.stdout.split(","), out.stdout
+    assert f"node={NODES}" in out.stdout.strip().split(","), out.stdout
 
 
 def test_alice_starts_a_two_node_session_from_the_portal(portal: AliceSession) -> None:

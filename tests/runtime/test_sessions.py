@@ -179,7 +179,7 @@ def test_rest_payload_v0038() -> None:
     assert job["partition"] == "gpu"
     assert job["qos"] == "carme-gpuusers"
     assert job["time_limit"] == 120
-    assert job["nodes"] == [1, 1]  # v0.0.38: [min, max]
+    assert job["nodes"] == 1  # v0.0.38: a count; slurmrestd 22.05 ignores a [min, max] list (1 node)
     assert job["tasks"] == 1
     assert job["cpus_per_task"] == 4
     assert job["memory_per_node"] == 16000
@@ -195,7 +195,7 @@ def test_rest_payload_for_two_nodes() -> None:
     payload = build_rest_payload(dataclasses.replace(GOOD, nodes=2), APPS["jupyterlab"], "apptainer", SECRET)
     job = payload["job"]
     assert isinstance(job, dict)
-    assert job["nodes"] == [2, 2]
+    assert job["nodes"] == 2
     assert job["tasks"] == 2
     assert payload["script"] == JOB_SCRIPT
 

@@ -35,7 +35,7 @@ def test_default_is_one_node_and_the_form_says_so(app: Flask, client: Any, fake_
     assert post(client, "/sessions/new", GOOD).status_code == 302  # no node count sent: one node
     spec, _secret, payload = fake_scheduler.submitted[0]
     assert spec.nodes == 1
-    assert payload["job"]["nodes"] == [1, 1] and payload["job"]["tasks"] == 1
+    assert payload["job"]["nodes"] == 1 and payload["job"]["tasks"] == 1
 
 
 def test_two_nodes_reach_slurm_with_one_task_per_node(
@@ -49,7 +49,7 @@ def test_two_nodes_reach_slurm_with_one_task_per_node(
     spec, _secret, payload = fake_scheduler.submitted[0]
     assert spec.nodes == 2
     job = payload["job"]
-    assert job["nodes"] == [2, 2] and job["tasks"] == 2
+    assert job["nodes"] == 2 and job["tasks"] == 2
     assert payload["script"] == "#!/bin/bash\nexec carme-launch\n"  # the app starts once, on the first node
     with app.app_context():
         entry = db.session.query(AuditLog).filter_by(action="session.start").one()
