@@ -48,6 +48,7 @@ from tests.fixtures.demo import HEAD  # noqa: E402
 from tests.fixtures.demo import Demo  # noqa: E402
 from tests.fixtures.demo import Steps  # noqa: E402
 from tests.fixtures.demo import csrf_headers  # noqa: E402
+from tests.fixtures.demo import goto_again_if_the_network_changed  # noqa: E402
 from tests.fixtures.demo import login  # noqa: E402
 from tests.fixtures.demo import on_head  # noqa: E402
 from tests.fixtures.demo import portal_answers  # noqa: E402
@@ -195,7 +196,10 @@ def main() -> int:
     if why:
         print(f"bench_start: the demo is not up ({why}); run `make demo` first", file=sys.stderr)
         return 2
+    from playwright.sync_api import Page
     from playwright.sync_api import sync_playwright
+
+    Page.goto = goto_again_if_the_network_changed(Page.goto)  # type: ignore[method-assign]
 
     load_before = os.getloadavg()
     floor: list[dict[str, Any]] = []

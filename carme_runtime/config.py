@@ -45,6 +45,9 @@ _SCHEMA: dict[str, tuple[type, object]] = {
     "beeond_mount_root": (str, "/mnt/beeond"),
     "beeond_state_dir": (str, "/var/lib/carme/beeond"),
     "beeond_timeout_s": (int, 300),
+    # Which jobs the prolog/epilog act on (hooks.py): "carme" = Carme's sessions and jobs that ask for a Carme feature
+    # (BeeOND); every other job passes through untouched. "all" = every job (a cluster only Carme schedules on).
+    "hooks_scope": (str, "carme"),
 }
 
 _ENV_OVERRIDES = {
@@ -56,6 +59,7 @@ _ENV_OVERRIDES = {
 }
 
 GPU_CHECK_MODES = ("enforce", "warn", "off")
+HOOK_SCOPES = ("carme", "all")
 #: a dataset's name: also a file name (``~/datasets/<name>``), so no ``/`` and not ``.`` or ``..``
 DATASET_NAME_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$")
 
@@ -82,6 +86,7 @@ class RuntimeConfig:
         "datasets",
         "env_prefix",
         "gpu_check",
+        "hooks_scope",
         "kill_leftovers",
         "log_dir",
         "min_uid",
@@ -112,6 +117,7 @@ class RuntimeConfig:
     beeond_mount_root: str
     beeond_state_dir: str
     beeond_timeout_s: int
+    hooks_scope: str
 
     def __init__(self, **values: object) -> None:
         for key, (_typ, default) in _SCHEMA.items():
@@ -155,6 +161,8 @@ class RuntimeConfig:
     def check(self, source: str) -> None:
         if self.gpu_check not in GPU_CHECK_MODES:
             raise ConfigError(f"{source}: gpu_check must be one of {', '.join(GPU_CHECK_MODES)}")
+        if self.hooks_scope not in HOOK_SCOPES:
+            raise ConfigError(f"{source}: hooks_scope must be one of {', '.join(HOOK_SCOPES)}")
         if self.runtime not in ("apptainer", "charliecloud", "none"):
             raise ConfigError(f"{source}: runtime must be 'apptainer', 'charliecloud' or 'none'")
         paths = ("log_dir", "scratch_root", "cgroup_root", "beeond_data_root", "beeond_mount_root", "beeond_state_dir")

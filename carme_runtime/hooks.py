@@ -15,6 +15,10 @@ job); a non-zero ``Epilog=`` exit drains it too (both verified on Slurm 22.05.8,
 * a BeeOND instance the job asked for (``--constraint=beeond``, :mod:`carme_runtime.beeond`) that cannot start
   fails the job the same way (AdminComment, ``scancel``), never the node.
 
+Only Carme's jobs are touched (:func:`carme_job`): a foreign job (a plain ``sbatch`` on a site whose Slurm Carme
+shares) returns before anything is logged, created, killed or run, so its environment, node and accounting stay as
+the site's own Slurm leaves them.
+
 Slurm's documentation advises against calling Slurm commands from Prolog/Epilog; this module only does
 it on the rare mismatch path (prolog) and once per job for ``squeue`` in the epilog, which the
 leftover-process rule needs; on BeeOND nodes ``squeue`` also runs for a recorded instance that is still mounted
@@ -272,13 +276,41 @@ class _HookStart:
         self.head = head
 
 
+def carme_job(env: Mapping[str, str], cfg: RuntimeConfig | None) -> str:
+    """Why the hooks act on this job, or ``""`` for a foreign job, which they leave untouched.
+
+    A Carme session carries the ``carme:v1`` comment from its submission on (:mod:`carme_runtime.sessions`), and
+    slurmd 22.05 hands the job's comment to the Prolog and Epilog as ``SLURM_JOB_COMMENT`` (checked on 22.05.8). A
+    job that asks for a Carme feature (``--constraint=beeond`` on a BeeOND node) opts in as well. ``hooks_scope =
+    "all"`` (a cluster only Carme schedules on) acts on every job. A broken config counts as scope ``carme``
+    without BeeOND, so a typo in runtime.json never makes the hooks touch foreign jobs.
+    """
+    from carme_runtime.slurm_formats import COMMENT_PREFIX
+
+    if env.get("SLURM_JOB_COMMENT", "").strip().split(";", 1)[0] == COMMENT_PREFIX:
+        return "session"
+    if cfg is None:
+        return ""
+    if cfg.hooks_scope == "all":
+        return "scope=all"
+    if cfg.beeond:
+        from carme_runtime.beeond import requested
+
+        if requested(env.get("SLURM_JOB_CONSTRAINTS", ""), cfg.beeond_feature):
+            return "beeond"
+    return ""
+
+
 def _start_hook(hook: str, env: Mapping[str, str], skipped: str) -> _HookStart | None:
-    """The job's context and config, or None after logging why the hook does nothing (a malformed environment or a
-    broken config is logged, never a reason to drain the node)."""
+    """The job's context and config, or None when the hook does nothing: a foreign job (:func:`carme_job`) returns
+    before anything is written, run or created; a malformed environment or a broken config of a Carme job is logged,
+    never a reason to drain the node."""
+    cfg, cfg_error = _load_config(env)
+    if not carme_job(env, cfg):
+        return None
     ctx = _context_or_log(hook, env)
     if ctx is None:
         return None
-    cfg, cfg_error = _load_config(env)
     log_dir = cfg.log_dir if cfg else env.get("CARME_LOG_DIR") or DEFAULT_LOG_DIR
     head = f"{hook} job={ctx.job_id} user={ctx.user} uid={ctx.uid} node={ctx.node or '?'}"
     if cfg is None:

@@ -25,6 +25,10 @@
    comment is only a hint (the user can edit it): the portal proxies to it only after the endpoint proved
    it knows the session secret (:func:`carme_runtime.front.verify_endpoint`);
 7. forwards SIGTERM/SIGINT to the app and returns the app's exit code.
+
+The app's environment also holds the session's rendezvous variables (``MASTER_ADDR`` = this node's address,
+``MASTER_PORT`` = a free port on it, ``NNODES``/``WORLD_SIZE``; :mod:`carme_runtime.rendezvous`), for work the
+user starts on the job's nodes with ``srun`` (multi-node sessions).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from carme_runtime.images import verify_image
 from carme_runtime.netns import SOCKET_NAME
 from carme_runtime.netns import check_userns
 from carme_runtime.netns import namespace_argv
+from carme_runtime.rendezvous import rendezvous_env
 from carme_runtime.runtimes import AllowedBind
 from carme_runtime.runtimes import ApptainerRuntime
 from carme_runtime.runtimes import Bind
@@ -272,11 +277,13 @@ def plan_launch(
     public_host: str | None = None,
     socket_dir: str = "",
     unshare: str = "unshare",
+    rendezvous: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """Decide the app's argv and environment from the job environment (no side effects).
 
     An ``isolation = "netns"`` or ``"socket"`` app needs ``socket_dir`` (a 0700 directory of the user) for its
-    Unix socket.
+    Unix socket. ``rendezvous`` (:mod:`carme_runtime.rendezvous`) goes into the app's environment the way the
+    runtime hands variables to the app (``APPTAINERENV_`` for Apptainer).
     """
     job_id_s = env.get("SLURM_JOB_ID", "")
     if not job_id_s.isdigit():
@@ -337,8 +344,11 @@ def plan_launch(
             unshare=unshare,
             python=sys.executable,
         )
-    base = {k: v for k, v in env.items() if k != "CARME_SESSION_SECRET"}
-    proc_env = runtime.environment({**rendered.env, **datasets.session_env(home, config.datasets)}, base)
+    # SLURM_EXPORT_ENV is sbatch's --export (the job's few variable names): left in the app's environment, every
+    # ``srun`` from the session's terminal would hand its tasks only those, without the rendezvous variables
+    base = {k: v for k, v in env.items() if k not in ("CARME_SESSION_SECRET", "SLURM_EXPORT_ENV")}
+    app_env = {**(rendezvous or {}), **rendered.env, **datasets.session_env(home, config.datasets)}
+    proc_env = runtime.environment(app_env, base)
     return LaunchPlan(
         job_id=job_id,
         app=app,
@@ -534,6 +544,7 @@ def launch_from_env(
             public_host=host,
             socket_dir=socket_dir,
             unshare=unshare,
+            rendezvous=rendezvous_env(env, host, pick_free_port(host)),
         )
     except LaunchError as exc:
         say(str(exc))

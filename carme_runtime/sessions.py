@@ -48,7 +48,8 @@ class ValidationError(ValueError):
 class SessionLimits:
     """Bounds a request must respect (site config; QOS limits still apply inside Slurm)."""
 
-    max_gpus: int = 8
+    max_gpus: int = 8  # per node
+    max_nodes: int = 1  # nodes of one session (multi-node sessions: the app runs on the first)
     max_cpus: int = 64
     max_mem_mb: int = 512 * 1024
     max_time_minutes: int = 7 * 24 * 60
@@ -62,10 +63,11 @@ class SessionRequest:
     user: str
     app: str
     image: str
-    gpus: int = 0
-    cpus: int = 1
-    mem_mb: int = 4096
+    gpus: int = 0  # per node
+    cpus: int = 1  # per node (one task per node)
+    mem_mb: int = 4096  # per node
     time_minutes: int = 60
+    nodes: int = 1
     partition: str = ""
     qos: str = ""
     account: str = ""
@@ -109,6 +111,7 @@ class SessionRequest:
             errs.append(ValidationError("partition", f"not an allowed partition: {self.partition!r}"))
         _check_image(errs, self.image, limits)
         _check_int(errs, "gpus", self.gpus, 0, limits.max_gpus)
+        _check_int(errs, "nodes", self.nodes, 1, limits.max_nodes)
         _check_int(errs, "cpus", self.cpus, 1, limits.max_cpus)
         _check_int(errs, "mem_mb", self.mem_mb, 1, limits.max_mem_mb)
         _check_int(errs, "time_minutes", self.time_minutes, 1, limits.max_time_minutes)
@@ -230,8 +233,8 @@ def build_sbatch_argv(req: SessionRequest, app: AppSpec, runtime: str) -> list[s
         argv.append(f"--account={req.account}")
     argv += [
         f"--time={req.time_minutes}",
-        "--nodes=1",
-        "--ntasks=1",
+        f"--nodes={req.nodes}",
+        f"--ntasks={req.nodes}",  # one task per node: ``srun`` in the session starts one process on each
         f"--cpus-per-task={req.cpus}",
         f"--mem={req.mem_mb}M",
     ]
@@ -262,6 +265,8 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
     job.update(
         {
             "time_limit": req.time_minutes,
+            "nodes": req.nodes,  # v0.0.38: a count (min = max); a [min, max] list is ignored (1 node)
+            "tasks": req.nodes,
             "cpus_per_task": req.cpus,
             "memory_per_node": req.mem_mb,
             "current_working_directory": req.workdir,

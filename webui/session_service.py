@@ -245,10 +245,18 @@ def form_limits(username: str, state: ClusterState, partition: str | None = None
         max_time = min(max_time, part_obj.max_time_minutes)
     return {
         "max_gpus": min(policy.max_gpus_per_session, state.max_gpus_per_node(partition)),
+        "max_nodes": max(1, min(int(current_app.config.get("SESSION_MAX_NODES", 1)), _usable_nodes(state, partition))),
         "max_time_minutes": max_time,
         "max_sessions": policy.max_sessions,
         "policy": policy,
     }
+
+
+def _usable_nodes(state: ClusterState, partition: str | None) -> int:
+    """How many usable nodes the partition has (all partitions' nodes without one)."""
+    part = next((p for p in state.partitions if p.name == partition), None) if partition else None
+    members = set(part.nodes) if part else set()
+    return sum(1 for n in state.nodes if n.usable and (not partition or n.name in members or partition in n.partitions))
 
 
 def default_partition(state: ClusterState) -> str | None:
@@ -319,6 +327,13 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
             partition = reservation.partition
     limits = form_limits(user.username, state, partition)
     gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
+    nodes = forms.integer(form, "nodes", lo=1, hi=limits["max_nodes"], default=1)
+    if gpus * nodes > limits["policy"].max_gpus_per_session:  # GPUs are per node; the policy counts the session's
+        raise forms.FieldError(
+            "gpus",
+            f"{gpus} per node on {nodes} nodes is more than the {limits['policy'].max_gpus_per_session} "
+            "GPUs a session may have",
+        )
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
     if reservation is not None:  # the session ends when the reservation ends (the dashboard says so)
         left = int((reservation.end - utcnow()).total_seconds() // 60)
@@ -346,6 +361,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     cfg = current_app.config
     runtime_limits = SessionLimits(
         max_gpus=limits["max_gpus"],
+        max_nodes=limits["max_nodes"],
         max_time_minutes=limits["max_time_minutes"],
         max_cpus=max(1, int(cfg["SESSION_DEFAULT_CPUS"])),
         max_mem_mb=max(1, int(cfg["SESSION_DEFAULT_MEM_MB"])),
@@ -367,6 +383,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         runtime=session_runtime(image.kind),
         limits=runtime_limits,
         reservation=reservation.name if reservation is not None else None,
+        nodes=nodes,
     )
     secret = secrets.token_urlsafe(32)
     try:
@@ -386,7 +403,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         reservation=spec.reservation,
     )
     db.session.add(record)
-    audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition)
+    audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition, nodes=nodes)
     try:
         db.session.commit()
     except Exception:

@@ -49,6 +49,7 @@ class SessionSpec:
     workdir: str = ""
     limits: SessionLimits = field(default_factory=SessionLimits)
     reservation: str | None = None  # a Slurm reservation of the user's (issue 16)
+    nodes: int = 1  # multi-node sessions (issue 15): gpus, cpus and mem_mb are per node
 
 
 APPS_CACHE_SECONDS = 60.0
@@ -86,6 +87,7 @@ def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], l
         cpus=spec.cpus,
         mem_mb=spec.mem_mb,
         time_minutes=spec.time_minutes,
+        nodes=spec.nodes,
         partition=spec.partition or "",
         qos=spec.qos or "",
         account=spec.account or "",

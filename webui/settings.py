@@ -95,6 +95,9 @@ SESSION_DEFAULT_PARTITION: str | None = None
 SESSION_DEFAULT_CPUS = 4
 SESSION_DEFAULT_MEM_MB = 16000
 SESSION_MAX_TIME_MINUTES = 24 * 60
+# Nodes one session may ask for (multi-node sessions; the app runs on the first). Keep it equal to the session QOS's
+# MaxTRESPerJob=node=N, which Slurm enforces for every submission path (roles/slurm README "Limits").
+SESSION_MAX_NODES = 1
 SESSION_WORKDIR_TEMPLATE = "/home/{user}"
 SESSION_QOS: str | None = None
 SESSION_ACCOUNT: str | None = None

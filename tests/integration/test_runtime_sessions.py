@@ -365,6 +365,66 @@ def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env
         host_slurm.wait_job(job_id, timeout=120)
 
 
+# --- multi-node sessions (issue 15), on this one node ---------------------------------------------------------
+
+MULTINODE = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
+
+
+def jupyter_environ(cluster: HostSlurm, job_id: int) -> dict[str, str]:
+    """The environment of the session's JupyterLab: what its terminals and notebook kernels inherit."""
+    for pid in job_pids(cluster, job_id):
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+        if any(re.search(rb"jupyter", a) for a in argv[:2]):
+            return process_environ(pid)
+    raise AssertionError(f"no jupyter process among the job's pids: {job_pids(cluster, job_id)}")
+
+
+def test_srun_with_pmix_and_the_rendezvous_from_the_sessions_environment(
+    host_slurm: HostSlurm, jupyter_session: Session
+) -> None:
+    """From the app's environment, as a user's terminal has it: the rendezvous variables name this (first) node,
+    ``srun --mpi=pmix`` starts an MPI program compiled with ``mpicc`` inside the session's allocation (MpiDefault
+    pmix, PMIx loaded by slurmd), and the all-reduce check meets at ``MASTER_ADDR:MASTER_PORT``. One node here;
+    the demo's e2e test (tests/e2e/test_multinode_e2e.py) does the same over two."""
+    s = jupyter_session
+    env = jupyter_environ(host_slurm, s.job_id)
+    assert env.get("MASTER_ADDR") == s.host, env.get("MASTER_ADDR")
+    assert 0 < int(env.get("MASTER_PORT", "0")) < 65536
+    assert env.get("WORLD_SIZE") == env.get("NNODES") == "1"
+    assert env.get("CARME_MASTER_NODE") == env.get("SLURM_JOB_NODELIST"), env
+    assert "MpiDefault=pmix" in host_slurm.slurm_conf.read_text()
+
+    workdir = host_slurm.user_dir(s.user) / "multinode"
+    workdir.mkdir(exist_ok=True)
+    for name in ("mpi_hello.c", "allreduce_check.py"):
+        (workdir / name).write_bytes((MULTINODE / name).read_bytes())
+    pw = pwd.getpwnam(s.user)
+    for path in (workdir, *workdir.iterdir()):
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    user_env = {**env, "SLURM_CONF": str(host_slurm.slurm_conf)}
+
+    def as_user(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/usr/sbin/runuser", "-u", s.user, "--", *argv],
+            env=user_env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    built = as_user("mpicc", "-o", "mpi_hello", "mpi_hello.c")
+    assert built.returncode == 0, built.stderr
+    hello = as_user("srun", "--mpi=pmix", "./mpi_hello")
+    assert hello.returncode == 0, f"{hello.stdout}\n{hello.stderr}\n{host_slurm.log_tail('slurmd')}"
+    assert re.fullmatch(r"mpi-hello rank=0 size=1 node=\S+ sum=1", hello.stdout.strip()), hello.stdout
+    check = as_user("srun", "python3", "allreduce_check.py")
+    assert check.returncode == 0, f"{check.stdout}\n{check.stderr}"
+    assert check.stdout.strip().endswith(f"master={s.host}:{env['MASTER_PORT']} sum=1"), check.stdout
+
+
 # --- hooks ------------------------------------------------------------------------------------------------
 
 
@@ -384,8 +444,13 @@ def node_in_service(cluster: HostSlurm, timeout: float = 30) -> str:
     return state
 
 
-def test_hooks_log_every_job(host_slurm: HostSlurm) -> None:
-    job = host_slurm.sbatch("bob", "echo ran\n", "--mem=100", "--time=2", "--gres=gpu:1")
+#: what marks a Carme session for the hooks (carme_runtime.sessions submits every session with it); the hooks leave
+#: other jobs alone (tests/integration/test_foreign_jobs.py)
+CARME_JOB = "--comment=carme:v1;app=test;state=submitted"
+
+
+def test_hooks_log_every_carme_job(host_slurm: HostSlurm) -> None:
+    job = host_slurm.sbatch("bob", "echo ran\n", "--mem=100", "--time=2", "--gres=gpu:1", CARME_JOB)
     assert host_slurm.wait_job(job) == "COMPLETED", host_slurm.job_output("bob", job)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "epilog" not in hook_log(host_slurm, str(job)):
@@ -398,7 +463,7 @@ def test_hooks_log_every_job(host_slurm: HostSlurm) -> None:
 
 @pytest.mark.parametrize("hook", ["prolog", "epilog"])
 def test_malformed_hook_environment_logs_and_does_not_drain(host_slurm: HostSlurm, hook: str) -> None:
-    job = host_slurm.sbatch("bob", "echo ran\n", "--hold", "--mem=100", "--time=2")
+    job = host_slurm.sbatch("bob", "echo ran\n", "--hold", "--mem=100", "--time=2", CARME_JOB)
     flag = host_slurm.malform_hook_env(job, hook)
     try:
         host_slurm.run(["scontrol", "release", str(job)])
@@ -418,7 +483,7 @@ def test_malformed_hook_environment_logs_and_does_not_drain(host_slurm: HostSlur
         reason = host_slurm.run(["sinfo", "--noheader", "-R", "--format=%E"]).stdout.strip()
         assert reason == "", reason
         # and the node still takes the next job, whose hooks run normally
-        nxt = host_slurm.sbatch("bob", "echo next\n", "--mem=100", "--time=2")
+        nxt = host_slurm.sbatch("bob", "echo next\n", "--mem=100", "--time=2", CARME_JOB)
         assert host_slurm.wait_job(nxt) == "COMPLETED"
         assert f"prolog job={nxt} " in hook_log(host_slurm, str(nxt))
     finally:

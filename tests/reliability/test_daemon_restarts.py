@@ -1,8 +1,8 @@
 """Reliability on the live demo (issue 18): every daemon of the head restarted under a logged-in user.
 
 alice is logged in (browser context, portal cookie) with a running JupyterLab session she has connected to (apps
-cookie). Each daemon of the head is stopped in turn for ``OUTAGE_S`` seconds, then started again, while alice's
-browser context asks every 0.5 s:
+cookie). Each daemon of the head is stopped in turn for ``OUTAGE_S`` seconds (one that alice's dashboard must
+announce, for 4 looks at least), then started again, while alice's browser context asks every 0.5 s:
 
 * the portal never answers 500 (nor 502/504 from nginx): a page is a 200, or a 503 that carries the banner;
 * her running app answers 200 through the proxy all along (but while nginx itself is down);
@@ -12,8 +12,9 @@ browser context asks every 0.5 s:
 
 Where the portal depends on the daemon for what alice sees (``SHOWN``), the dashboard shows a banner during the
 outage. What each probe saw and the seconds to recovery go to ``.artifacts/reliability/restarts.json`` (the
-committed numbers are in ``bench/results/reliability.json``). Bounded: at most ``OUTAGE_S + RECOVERY_S + GRACE_S``
-seconds a daemon, requests only to the demo's published ports on 127.0.0.1.
+committed numbers are in ``bench/results/reliability.json``). Bounded: at most ``OUTAGE_S`` (or 4 looks of 3
+requests with 10 s timeouts) ``+ RECOVERY_S + GRACE_S`` seconds a daemon, requests only to the demo's published
+ports on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ def settled(session: Session, looks: int = 4) -> bool:
     return all(recovered(probe(session)) for _ in range(looks))
 
 
+def banner_seen(looks: list[tuple[float, dict[str, Any]]]) -> bool:
+    return any(seen.get("banner") for _t, seen in looks)
+
+
 def main_pid(daemon: str) -> str:
     return on_head("systemctl", "show", "--property=MainPID", "--value", daemon).stdout.strip()
 
@@ -145,9 +150,12 @@ def test_a_daemon_outage_costs_alice_nothing_but_a_banner(alice: Session, result
     assert on_head("systemctl", "stop", daemon).returncode == 0
     outage: list[tuple[float, dict[str, Any]]] = []
     t0 = time.monotonic()
-    while time.monotonic() - t0 < OUTAGE_S:
+    while time.monotonic() - t0 < OUTAGE_S or (daemon in SHOWN and not banner_seen(outage) and len(outage) < 4):
+        # a shown daemon stays down for 4 looks at least (each look waits out the portal's client timeouts, 5 s
+        # apiece on a loaded machine), so the banner is looked for after the portal's 2 s snapshot has expired
         outage.append((round(time.monotonic() - t0, 1), probe(alice)))
         time.sleep(0.5)
+    down_s = round(time.monotonic() - t0, 1)
     assert on_head("systemctl", "start", daemon).returncode == 0
     t1 = time.monotonic()
     timeline: list[tuple[float, dict[str, Any]]] = []
@@ -166,7 +174,7 @@ def test_a_daemon_outage_costs_alice_nothing_but_a_banner(alice: Session, result
         time.sleep(0.5)
     assert main_pid(daemon) not in ("", "0", old_pid), f"{daemon} was not restarted"
     results[daemon] = {
-        "outage_s": OUTAGE_S,
+        "outage_s": down_s,
         "during_outage": sorted({json.dumps(s, sort_keys=True) for _t, s in outage}),
         "recovered_after_start_s": back_after,
     }
@@ -185,6 +193,6 @@ def test_a_daemon_outage_costs_alice_nothing_but_a_banner(alice: Session, result
     ]
     assert not bad, f"{daemon}: the portal answered outside 200/503-with-banner: {bad[:5]}"
     if daemon in SHOWN:
-        assert any(s.get("banner") for _t, s in outage), f"{daemon} down {OUTAGE_S:.0f} s and no banner: {outage}"
+        assert banner_seen(outage), f"{daemon} down {down_s:.0f} s and no banner: {outage}"
     assert back_after is not None, f"{daemon}: not recovered {RECOVERY_S + GRACE_S:.0f} s after start: {timeline[-3:]}"
     assert back_after <= RECOVERY_S, f"{daemon}: recovered only {back_after} s after start: {timeline[-3:]}"

@@ -48,9 +48,10 @@ def data() -> Callable[[str], str]:
 
 @pytest.fixture
 def hook_env(tmp_path: Path) -> dict[str, str]:
-    """A realistic prolog/epilog environment (as slurmd 22.05 sets it) pointing at temp dirs."""
+    """A realistic prolog/epilog environment of a Carme session (as slurmd 22.05 sets it) pointing at temp dirs."""
     return {
         "SLURM_JOB_ID": "41",
+        "SLURM_JOB_COMMENT": "carme:v1;app=jupyter;state=submitted",
         "SLURM_JOB_USER": "alice",
         "SLURM_JOB_UID": "1001",
         "SLURM_JOB_GPUS": "0",

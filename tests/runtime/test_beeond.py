@@ -37,6 +37,9 @@ def test_requested_reads_the_constraint_expression(constraints: str, wanted: boo
     assert beeond.requested(constraints, "beeond") is wanted
 
 
+SESSION_COMMENT = "carme:v1;app=jupyter;state=submitted"
+
+
 def test_command_lines() -> None:
     cfg = RuntimeConfig.from_mapping(
         {"beeond_bin": "/opt/beegfs/sbin/beeond", "beeond_data_root": "/ssd/beeond", "beeond_mount_root": "/mnt/bo"}
@@ -88,7 +91,9 @@ class Cluster:
     def state_dir(self, node: str) -> Path:
         return self.root / node / "state"
 
-    def env(self, node: str, job: int, nodelist: str, constraints: str = "beeond", **config: object) -> dict[str, str]:
+    def env(
+        self, node: str, job: int, nodelist: str, constraints: str = "beeond", comment: str = "", **config: object
+    ) -> dict[str, str]:
         cfg_path = self.root / node / "runtime.json"
         cfg_path.parent.mkdir(exist_ok=True)
         cfg = {
@@ -112,7 +117,7 @@ class Cluster:
             "SLURM_JOB_NODELIST": nodelist,
             "SLURM_JOB_CONSTRAINTS": constraints,
             "CARME_CONFIG": str(cfg_path),
-        }
+        } | ({"SLURM_JOB_COMMENT": comment} if comment else {})
 
     def prolog(self, node: str, env: dict[str, str], runner: FakeRunner) -> int:
         return hooks.run_prolog(env, runner, is_mounted=self.is_mounted(node))
@@ -194,9 +199,9 @@ def test_unowned_mount_fails_the_job_too(cluster: Cluster, monkeypatch: pytest.M
     assert cluster.mounts("node1") == []
 
 
-def test_job_without_the_constraint_gets_nothing(cluster: Cluster) -> None:
+def test_session_without_the_constraint_gets_nothing(cluster: Cluster) -> None:
     runner = FakeRunner()
-    env = cluster.env("node1", 44, "node1", constraints="a100")
+    env = cluster.env("node1", 44, "node1", constraints="a100", comment=SESSION_COMMENT)
     assert cluster.prolog("node1", env, runner) == 0
     assert cluster.calls() == [] and runner.calls == []
     assert "beeond=not-requested" in cluster.log("node1", 44)
@@ -205,9 +210,20 @@ def test_job_without_the_constraint_gets_nothing(cluster: Cluster) -> None:
     assert beeond.task_prolog_lines(env, RuntimeConfig.load(env), cluster.is_mounted("node1")) == []
 
 
+def test_foreign_job_without_the_constraint_is_not_touched(cluster: Cluster) -> None:
+    """No Carme comment, no BeeOND asked for: not even the stale-instance check runs, nothing is logged."""
+    runner = FakeRunner()
+    env = cluster.env("node1", 46, "node1", constraints="a100")
+    assert cluster.prolog("node1", env, runner) == 0
+    assert cluster.epilog("node1", env, runner) == 0
+    assert cluster.calls() == [] and runner.calls == []
+    assert not (cluster.root / "node1" / "log").exists()
+    assert not cluster.state_dir("node1").exists()
+
+
 def test_nodes_without_beeond_configured_do_nothing(cluster: Cluster) -> None:
     runner = FakeRunner()
-    env = cluster.env("node1", 45, "node1", beeond=False)
+    env = cluster.env("node1", 45, "node1", beeond=False, comment=SESSION_COMMENT)
     assert cluster.prolog("node1", env, runner) == 0
     assert cluster.calls() == [] and "beeond=" not in cluster.log("node1", 45)
 
@@ -247,7 +263,8 @@ def test_instance_of_a_live_or_unknown_job_is_kept(cluster: Cluster, answer: tup
     for node in ("node2", "node1"):
         cluster.prolog(node, cluster.env(node, 40, "node[1-2]"), FakeRunner())
     runner = FakeRunner({"squeue": answer})
-    assert cluster.prolog("node2", cluster.env("node2", 41, "node2", constraints=""), runner) == 0
+    env = cluster.env("node2", 41, "node2", constraints="", comment=SESSION_COMMENT)
+    assert cluster.prolog("node2", env, runner) == 0
     assert f"stale=40:{why}" in cluster.log("node2", 41)
     assert cluster.mounts("node2") == [str(cluster.root / "mnt" / "40")]
     assert [c.split()[0] for c in cluster.calls()] == ["start"]
@@ -260,9 +277,10 @@ def test_failed_stop_keeps_the_state_for_the_stale_cleanup(cluster: Cluster, mon
     assert cluster.epilog("node1", env, FakeRunner()) == 0
     assert "beeond=stop-failed(rc1" in cluster.log("node1", 46)
     assert (cluster.state_dir("node1") / "46.json").exists()
-    # The next job's prolog on the node, with a working beeond, stops it.
+    # The next Carme job's prolog on the node, with a working beeond, stops it.
     monkeypatch.delenv("BEEOND_STANDIN_FAIL")
-    cluster.prolog("node1", cluster.env("node1", 47, "node1", constraints=""), FakeRunner({"squeue": GONE}))
+    env47 = cluster.env("node1", 47, "node1", constraints="", comment=SESSION_COMMENT)
+    cluster.prolog("node1", env47, FakeRunner({"squeue": GONE}))
     assert "stale=46:stale-stopped" in cluster.log("node1", 47)
     assert cluster.mounts("node1") == []
 

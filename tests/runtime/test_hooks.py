@@ -281,3 +281,85 @@ def test_epilog_without_node_name_uses_hostname(
     assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: None, proc_root=proc) == 0
     assert fake_runner.calls[0][:3] == ["squeue", "--json", "-w"]
     assert fake_runner.calls[0][3]
+
+
+# --- foreign jobs: the hooks act only on Carme's jobs ------------------------------------------------
+
+
+def _foreign(env: dict[str, str], comment: str | None) -> dict[str, str]:
+    """``env`` as slurmd sets it for a job that is not a Carme session (no comment, or someone else's)."""
+    out = {k: v for k, v in env.items() if k != "SLURM_JOB_COMMENT"}
+    if comment is not None:
+        out["SLURM_JOB_COMMENT"] = comment
+    return out
+
+
+@pytest.mark.parametrize("comment", [None, "", "nightly build", "carme:v2;x=1", "xcarme:v1", "see carme:v1"])
+def test_foreign_job_is_not_touched_by_either_hook(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner, comment: str | None
+) -> None:
+    """No log line, no directory, no command (no AdminComment, no scancel, no squeue), no kill, no scratch removed,
+    even where a Carme job would get all of them (a GPU mismatch, leftover processes, a scratch directory)."""
+    env = _foreign(hook_env, comment)
+    _cgroup(env, "c 195:0 rw\nc 195:1 rw\n")  # a mismatch: a Carme job would be cancelled
+    scratch = Path(env["CARME_SCRATCH_ROOT"]) / "41"
+    scratch.mkdir(parents=True)
+    proc = fake_proc(tmp_path / "proc", {100: 1001})
+    killed: list[tuple[int, int]] = []
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert hooks.run_prolog(env, fake_runner) == 0
+    assert hooks.run_epilog(env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    assert fake_runner.calls == [] and killed == []
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not Path(env["CARME_LOG_DIR"]).exists() and scratch.is_dir()
+
+
+def test_foreign_job_with_a_malformed_env_or_a_broken_config_is_not_touched(
+    hook_env: dict[str, str], tmp_path: Path
+) -> None:
+    cfg = tmp_path / "runtime.json"
+    cfg.write_text(json.dumps({"gpu_check": "sometimes", "hooks_scope": "all"}))  # broken: counts as scope carme
+    env = _foreign(hook_env, None) | {"CARME_CONFIG": str(cfg)}
+    assert prolog_main([], env) == 0 and epilog_main([], env) == 0
+    del env["SLURM_JOB_ID"]
+    assert prolog_main([], env) == 0 and epilog_main([], env) == 0
+    assert not Path(env["CARME_LOG_DIR"]).exists()
+
+
+def test_scope_all_acts_on_every_job(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
+    cfg = tmp_path / "runtime.json"
+    cfg.write_text(json.dumps({"hooks_scope": "all"}))
+    env = _foreign(hook_env, "nightly build") | {"CARME_CONFIG": str(cfg)}
+    scratch = Path(env["CARME_SCRATCH_ROOT"]) / "41"
+    scratch.mkdir(parents=True)
+    assert hooks.run_epilog(env, fake_runner) == 0
+    assert not scratch.exists() and "epilog job=41" in log_text(env, "41")
+
+
+@pytest.mark.parametrize(
+    ("comment", "scope", "beeond", "constraints", "why"),
+    [
+        ("carme:v1;app=jupyter;state=submitted", "carme", False, "", "session"),
+        (" carme:v1;app=x;state=ready ", "carme", False, "", "session"),
+        ("carme:v1", "carme", False, "", "session"),
+        ("", "carme", True, "beeond&a100", "beeond"),
+        ("", "carme", False, "beeond", ""),  # the node has no BeeOND: not a Carme feature here
+        ("", "carme", True, "beeond|a100", ""),  # offered, not required
+        ("", "all", False, "", "scope=all"),
+        ("", "carme", False, "", ""),
+    ],
+)
+def test_carme_job_decision(comment: str, scope: str, beeond: bool, constraints: str, why: str) -> None:
+    from carme_runtime.config import RuntimeConfig
+
+    cfg = RuntimeConfig.from_mapping({"hooks_scope": scope, "beeond": beeond})
+    env = {"SLURM_JOB_COMMENT": comment, "SLURM_JOB_CONSTRAINTS": constraints}
+    assert hooks.carme_job(env, cfg) == why
+
+
+def test_hooks_scope_is_validated() -> None:
+    from carme_runtime.config import ConfigError
+    from carme_runtime.config import RuntimeConfig
+
+    with pytest.raises(ConfigError, match="hooks_scope must be one of carme, all"):
+        RuntimeConfig.from_mapping({"hooks_scope": "some"})

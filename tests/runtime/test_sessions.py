@@ -58,6 +58,8 @@ def test_good_request_validates() -> None:
         ("time_minutes", 0),
         ("time_minutes", 7 * 24 * 60 + 1),
         ("partition", "gpu,debug"),
+        ("nodes", 0),
+        ("nodes", 2),  # the default limit is one node
         ("qos", "normal\n#SBATCH --uid=0"),
         ("account", "x" * 65),
         ("workdir", ""),
@@ -139,6 +141,25 @@ def test_sbatch_argv_omits_empty_options_and_gres() -> None:
     assert not any(a.startswith(("--partition", "--qos", "--account", "--gres")) for a in argv)
 
 
+def test_sbatch_argv_for_two_nodes_asks_one_task_per_node() -> None:
+    """A multi-node session: N nodes and N tasks (one per node, each with the CPUs, memory and GPUs of a node);
+    the script stays the constant one, so the app starts once, on the first node."""
+    req = dataclasses.replace(GOOD, nodes=2)
+    req.validate(SessionLimits(max_nodes=2))
+    argv = build_sbatch_argv(req, APPS["jupyterlab"], "apptainer")
+    assert "--nodes=2" in argv and "--ntasks=2" in argv
+    assert "--cpus-per-task=4" in argv and "--mem=16000M" in argv and "--gres=gpu:1" in argv
+    assert not any(a.startswith(("--nodes=1", "--ntasks=1")) for a in argv)
+
+
+def test_nodes_over_the_limit_names_the_field() -> None:
+    req = dataclasses.replace(GOOD, nodes=3)
+    with pytest.raises(ValidationError) as info:
+        req.validate(SessionLimits(max_nodes=2))
+    assert info.value.field == "nodes"
+    assert "between 1 and 2" in info.value.message
+
+
 def test_job_script_is_constant_and_user_values_go_to_env() -> None:
     env = build_job_environment(GOOD, APPS["jupyterlab"], "apptainer", SECRET)
     assert JOB_SCRIPT == "#!/bin/bash\nexec carme-launch\n"
@@ -158,6 +179,8 @@ def test_rest_payload_v0038() -> None:
     assert job["partition"] == "gpu"
     assert job["qos"] == "carme-gpuusers"
     assert job["time_limit"] == 120
+    assert job["nodes"] == 1  # v0.0.38: a count; slurmrestd 22.05 ignores a [min, max] list (1 node)
+    assert job["tasks"] == 1
     assert job["cpus_per_task"] == 4
     assert job["memory_per_node"] == 16000
     assert job["gres"] == "gpu:1"
@@ -166,6 +189,15 @@ def test_rest_payload_v0038() -> None:
     assert job["standard_output"] == "/home/alice/project/carme-jupyterlab-%j.out"
     assert job["environment"]["CARME_SESSION_SECRET"] == SECRET
     assert SECRET not in str(job["comment"])
+
+
+def test_rest_payload_for_two_nodes() -> None:
+    payload = build_rest_payload(dataclasses.replace(GOOD, nodes=2), APPS["jupyterlab"], "apptainer", SECRET)
+    job = payload["job"]
+    assert isinstance(job, dict)
+    assert job["nodes"] == 2
+    assert job["tasks"] == 2
+    assert payload["script"] == JOB_SCRIPT
 
 
 def test_short_secret_and_bad_runtime_refused() -> None:

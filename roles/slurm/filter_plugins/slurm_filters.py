@@ -136,6 +136,49 @@ def slurm_preemption_errors(qos: Any, preempt_type: str, preempt_mode: str) -> l
     return errors
 
 
+def slurm_include_errors(
+    site_text: str, site_path: str, include_path: str, wanted: Mapping[str, Any]
+) -> list[str]:
+    """What keeps the site's slurm.conf from running Carme's hooks (slurm_manage_config: false); empty when it does.
+
+    Reads the file as slurmd does, in order: keywords are case-insensitive, ``#`` starts a comment, ``Include``
+    with a relative path is relative to slurm.conf's directory, and a key set again later wins (Slurm logs
+    "specified more than once, latest value used"). Each ``wanted`` key must end up with Carme's value, either from
+    the ``Include`` of Carme's file or from the site's own line.
+    """
+    want = {str(k).lower(): (str(k), slurm_value(v)) for k, v in wanted.items()}
+    effective: dict[str, tuple[str, str]] = {}  # key -> (value, where it came from)
+    included = False
+    base = Path(site_path).parent
+    for lineno, raw in enumerate(site_text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head, _, rest = line.partition(" ")
+        if head.lower() == "include" and "=" not in head:
+            target = rest.strip()
+            resolved = Path(target) if target.startswith("/") else base / target
+            if str(resolved) == include_path:
+                included = True
+                for key, (_name, value) in want.items():
+                    effective[key] = (value, f"Include {target}")
+            continue
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep and key.lower() in want:
+                effective[key.lower()] = (value, f"line {lineno}")
+    errors = []
+    for key, (name, value) in want.items():
+        got = effective.get(key)
+        if got is None:
+            errors.append(f"it sets no {name} (Carme needs {name}={value})")
+        elif got[0] != value:
+            errors.append(f"{name}={got[0]} ({got[1]}) is not Carme's {name}={value}")
+    if errors and not included:
+        errors.append(f"it has no line 'Include {include_path}'")
+    return errors
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -144,4 +187,5 @@ class FilterModule:
             "slurm_merge": slurm_merge,
             "slurm_node_group_errors": slurm_node_group_errors,
             "slurm_preemption_errors": slurm_preemption_errors,
+            "slurm_include_errors": slurm_include_errors,
         }
