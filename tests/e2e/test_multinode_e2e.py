@@ -34,6 +34,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from carme_runtime.hostlist import expand_hostlist
 from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
+from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
@@ -47,7 +48,6 @@ pytestmark = pytest.mark.e2e
 
 CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
 CHECK_TIMEOUT_S = 600.0  # mpicc plus two srun steps, on two small nodes
-NODE_PREFIX = os.environ.get("CARME_E2E_NODE_PREFIX", "carme-demo-")  # container = prefix + Slurm node name
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
 FILES = ("session_check.py", "mpi_hello.c", "allreduce_check.py")
 NODES = 2

@@ -38,6 +38,7 @@ from tests.fixtures.demo import Demo
 from tests.fixtures.demo import connect
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
+from tests.fixtures.demo import job_report
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
@@ -113,7 +114,9 @@ def wait_ready(party: Party, job_id: int) -> None:
         if view is not None and view["ready"]:
             return
         state = view["state"] if view else "gone"
-        assert time.monotonic() < deadline, f"{party.user}'s job {job_id} not ready after {READY_TIMEOUT_S:.0f} s"
+        if time.monotonic() >= deadline:
+            report = job_report(job_id)
+            pytest.fail(f"{party.user}'s job {job_id} not ready after {READY_TIMEOUT_S:.0f} s: {view}\n{report}")
         assert state not in ("gone", "FAILED", "CANCELLED", "COMPLETED", "TIMEOUT"), state
         time.sleep(3)
 

@@ -13,13 +13,15 @@ announce, for 4 looks at least), then started again, while alice's browser conte
 Where the portal depends on the daemon for what alice sees (``SHOWN``), the dashboard shows a banner during the
 outage. What each probe saw and the seconds to recovery go to ``.artifacts/reliability/restarts.json`` (the
 committed numbers are in ``bench/results/reliability.json``). Bounded: at most ``OUTAGE_S`` (or 4 looks of 3
-requests with 10 s timeouts) ``+ RECOVERY_S + GRACE_S`` seconds a daemon, requests only to the demo's published
+requests with 10 s timeouts) ``+ RECOVERY_S + GRACE_S`` seconds a daemon (after at most ``SETTLE_S`` waiting for
+the portal to settle from the previous one), requests only to the demo's published
 ports on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +46,8 @@ OUTAGE_S = 8.0  # how long each daemon stays stopped while alice's browser keeps
 RECOVERY_S = 30.0  # the promise
 GRACE_S = 30.0  # watched longer, so a slow recovery is measured rather than cut off
 READY_TIMEOUT_S = 300.0
+SETTLE_S = 60.0  # how long a test waits for the portal to settle before its daemon stops
+BANNER = re.compile(r'<div class="banner"[^>]*>')
 RESULTS = REPO / ".artifacts" / "reliability" / "restarts.json"
 #: daemons whose outage alice's dashboard must announce. A logged-in user needs slapd only at her next login,
 #: slurmdbd only for the GPU-hours line (which then reads "unknown right now"), and the head's munged not at all:
@@ -119,7 +123,12 @@ def probe(session: Session) -> dict[str, Any]:
             continue
         seen[name] = resp.status
         if name == "dashboard" and resp.status in (200, 503):
-            seen["banner"] = 'class="banner' in resp.text()
+            banners = BANNER.findall(resp.text())
+            # the scheduler's and the database's banners; the monitoring one (Zabbix unreachable) is kept apart:
+            # it tells of Zabbix, whose API lags behind a restarted MariaDB, not of the portal's own answers
+            seen["banner"] = any("data-banner=\"monitoring\"" not in b for b in banners)
+            if any("data-banner=\"monitoring\"" in b for b in banners):
+                seen["monitoring_banner"] = True
         if name == "sessions" and resp.status == 200:
             seen["listed"] = any(v["job_id"] == session.job_id for v in resp.json()["sessions"])
     return seen
@@ -135,6 +144,18 @@ def settled(session: Session, looks: int = 4) -> bool:
     return all(recovered(probe(session)) for _ in range(looks))
 
 
+def wait_settled(session: Session, timeout_s: float = SETTLE_S) -> list[tuple[float, dict[str, Any]]]:
+    """Looks until :func:`settled` holds (``[]``) or ``timeout_s`` ends (what was seen, for the message)."""
+    t0 = time.monotonic()
+    seen: list[tuple[float, dict[str, Any]]] = []
+    while time.monotonic() - t0 < timeout_s:
+        if settled(session):
+            return []
+        seen.append((round(time.monotonic() - t0, 1), probe(session)))
+        time.sleep(2)
+    return seen or [(0.0, probe(session))]
+
+
 def banner_seen(looks: list[tuple[float, dict[str, Any]]]) -> bool:
     return any(seen.get("banner") for _t, seen in looks)
 
@@ -145,7 +166,10 @@ def main_pid(daemon: str) -> str:
 
 @pytest.mark.parametrize("daemon", DAEMONS)
 def test_a_daemon_outage_costs_alice_nothing_but_a_banner(alice: Session, results: dict[str, Any], daemon: str) -> None:
-    assert settled(alice), f"alice's session is not healthy before {daemon} stops: {probe(alice)}"
+    # the previous daemon's test ends at its first settled look or at RECOVERY_S + GRACE_S; this one starts from a
+    # settled portal, so a slow settling there shows as that daemon's recovery time, not as this one's failure
+    unsettled = wait_settled(alice)
+    assert not unsettled, f"alice's session is not healthy before {daemon} stops: {unsettled[-3:]}"
     old_pid = main_pid(daemon)
     assert on_head("systemctl", "stop", daemon).returncode == 0
     outage: list[tuple[float, dict[str, Any]]] = []
