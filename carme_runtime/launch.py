@@ -37,6 +37,7 @@ import contextlib
 import http.client
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -656,4 +657,32 @@ def main_argv_env(argv: Sequence[str], env: Mapping[str, str]) -> int:
     except (ConfigError, AppSpecError) as exc:
         print(f"carme-launch: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    return launch_from_env(env, runner=SubprocessRunner(), config=config, apps=apps)
+    return launch_from_env(login_environment(env), runner=SubprocessRunner(), config=config, apps=apps)
+
+
+#: login shells that are no shell: a terminal in the app falls back to ``sh`` rather than to these
+NO_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+
+
+def login_environment(env: Mapping[str, str], entry: pwd.struct_passwd | None = None) -> dict[str, str]:
+    """The job environment with the user's login variables where the submission left them out.
+
+    A session submitted through slurmrestd carries only what the portal sent (``PATH`` and ``CARME_*``), so the app
+    and the terminals it opens would have no ``HOME`` (``~`` unexpanded) and run ``sh``. ``HOME``, ``USER``,
+    ``LOGNAME`` and ``SHELL`` come from the user's passwd entry (LDAP through SSSD), ``LANG`` defaults to
+    ``C.UTF-8``; what the job already has is kept.
+    """
+    out = dict(env)
+    try:
+        entry = entry or pwd.getpwuid(os.getuid())
+    except KeyError:
+        return out
+    login = {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
+    if entry.pw_shell and entry.pw_shell not in NO_SHELLS:
+        login["SHELL"] = entry.pw_shell
+    if not (out.get("LANG") or out.get("LC_ALL")):
+        login["LANG"] = "C.UTF-8"
+    for key, value in login.items():
+        if value and not out.get(key):
+            out[key] = value
+    return out

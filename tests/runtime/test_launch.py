@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import pwd
 import signal
 import stat
 import sys
@@ -357,3 +358,25 @@ def test_an_app_without_auth_is_reachable_only_through_the_front(tmp_path: Path,
     assert get(info["port"], "/proxy/77/quit", front.front_headers(SECRET, 77)) == 200
     thread.join(30)
     assert result == [0]
+
+
+def _passwd(shell: str) -> pwd.struct_passwd:
+    return pwd.struct_passwd(("alice", "*", 20001, 20000, "Alice", "/home/alice", shell))
+
+
+def test_login_environment_fills_what_a_rest_submission_leaves_out() -> None:
+    env = launch.login_environment({"PATH": "/usr/bin", "CARME_APP": "jupyterlab"}, _passwd("/bin/bash"))
+    assert env == {
+        "PATH": "/usr/bin",
+        "CARME_APP": "jupyterlab",
+        "HOME": "/home/alice",
+        "USER": "alice",
+        "LOGNAME": "alice",
+        "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+    }
+
+
+def test_login_environment_keeps_the_jobs_own_values_and_skips_nologin() -> None:
+    env = launch.login_environment({"HOME": "/scratch/a", "LC_ALL": "de_DE.UTF-8"}, _passwd("/usr/sbin/nologin"))
+    assert env["HOME"] == "/scratch/a" and "LANG" not in env and "SHELL" not in env
