@@ -244,6 +244,7 @@ def build_sbatch_argv(req: SessionRequest, app: AppSpec, runtime: str) -> list[s
         f"--chdir={req.workdir}",
         f"--output={output_path(req, app)}",
         f"--comment={submitted_comment(app)}",
+        "--no-requeue",  # a session on a lost node ends (NODE_FAIL), it never starts again behind the user's back
         f"--export={','.join(names)}",
     ]
     return argv
@@ -273,6 +274,9 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
             "standard_output": output_path(req, app),
             "environment": env,
             "comment": submitted_comment(app),
+            # a session whose node is lost ends (NODE_FAIL) and the portal says so; requeued, it would start again
+            # later, on another node, with a new front, behind its user's back (Slurm's default for batch jobs)
+            "requeue": False,
         }
     )
     if req.gpus > 0:

@@ -130,6 +130,7 @@ def test_sbatch_argv() -> None:
         "--chdir=/home/alice/project",
         "--output=/home/alice/project/carme-jupyterlab-%j.out",
         "--comment=carme:v1;app=jupyterlab;state=submitted",
+        "--no-requeue",
         "--export=PATH,CARME_APP,CARME_IMAGE,CARME_RUNTIME,CARME_WORKDIR,CARME_SESSION_SECRET",
     ]
     assert not any(SECRET in a for a in argv)
@@ -189,6 +190,7 @@ def test_rest_payload_v0038() -> None:
     assert job["standard_output"] == "/home/alice/project/carme-jupyterlab-%j.out"
     assert job["environment"]["CARME_SESSION_SECRET"] == SECRET
     assert SECRET not in str(job["comment"])
+    assert job["requeue"] is False  # a session on a lost node is not started again behind the user's back
 
 
 def test_rest_payload_for_two_nodes() -> None:
