@@ -225,7 +225,11 @@ def published_comment(app: AppSpec, host: str, port: int, state: str, reason: st
 
 
 def publish_argv(job_id: int, comment: str) -> list[str]:
-    return ["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"]
+    """The job comment the portal reads, and requeue off: a session on a lost node ends (NODE_FAIL) rather than
+    start again later, elsewhere, behind its user's back. The submission asks for that too (``requeue: false``,
+    ``--no-requeue``), but slurmrestd 22.05 ignores the key (measured on the demo: Requeue=1 whatever its value);
+    a job's owner may set it on the running job, in the same call."""
+    return ["scontrol", "update", f"JobId={job_id}", "Requeue=0", f"Comment={comment}"]
 
 
 @dataclass

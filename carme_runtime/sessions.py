@@ -275,7 +275,8 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
             "environment": env,
             "comment": submitted_comment(app),
             # a session whose node is lost ends (NODE_FAIL) and the portal says so; requeued, it would start again
-            # later, on another node, with a new front, behind its user's back (Slurm's default for batch jobs)
+            # later, on another node, with a new front, behind its user's back (Slurm's default for batch jobs).
+            # slurmrestd 22.05 ignores this key (Requeue=1 whatever its value): carme-launch sets Requeue=0 too
             "requeue": False,
         }
     )

@@ -81,6 +81,8 @@ def test_alice_opens_a_terminal_in_her_session_and_it_runs_inside_her_job(portal
         time.sleep(2)
     node = node_of(job)
     home = on_head("getent", "passwd", "alice").stdout.split(":")[5]
+    # a session is never requeued behind alice's back (its node lost: it ends instead); carme-launch sets it
+    assert "Requeue=0" in on_head("scontrol", "show", "job", str(job)).stdout.split(), job_report(job)
     on_node(node, "runuser", "-u", "alice", "--", "rm", "-f", f"{home}/{OUT}")
 
     connect(api, job)

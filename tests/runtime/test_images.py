@@ -92,6 +92,12 @@ def test_launch_fails_within_seconds_with_the_reason_published(tmp_path: Path, f
     assert time.monotonic() - start < 5
     assert rc == ExitCode.IMAGE_INVALID
     assert fake_runner.calls == [
-        ["scontrol", "update", "JobId=77", "Comment=carme:v1;app=myapp;host=127.0.0.1;port=0;state=failed;reason=image"]
+        [
+            "scontrol",
+            "update",
+            "JobId=77",
+            "Requeue=0",
+            "Comment=carme:v1;app=myapp;host=127.0.0.1;port=0;state=failed;reason=image",
+        ]
     ]
     assert any(("missing" if broken == "missing" else "corrupt") in m for m in messages)

@@ -148,6 +148,7 @@ def test_launch_end_to_end_with_real_child(tmp_path: Path, fake_runner) -> None:
             "scontrol",
             "update",
             "JobId=77",
+            "Requeue=0",  # a session on a lost node ends; slurmrestd 22.05 ignores requeue: false at submit
             f"Comment=carme:v1;app=myapp;host=127.0.0.1;port={info['port']};state=ready",
         ]
     ]
