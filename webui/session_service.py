@@ -285,10 +285,34 @@ def _launch_failed(job: Job) -> bool:
     return (parse_comment(job.comment or "") or {}).get("state") == "failed"
 
 
-def _reason(job: Job) -> str:
-    """Why a session waits (Slurm's pending reason) or why its launcher gave up (the job comment)."""
+def _ended_to_explain(job: Job) -> bool:
+    """An ended session the dashboard keeps showing (while Slurm knows the job): its user must learn why it ended."""
+    return _launch_failed(job) or job.state == "NODE_FAIL"
+
+
+#: node state words (slurmrestd state and state_flags) of a node that is lost, for now or for good
+LOST_NODE_STATES = ("NOT_RESPONDING", "DOWN", "FAIL")
+
+
+def _lost_nodes(state: ClusterState, job: Job) -> list[str]:
+    wanted = set(job.nodes)
+    return sorted(
+        n.name for n in state.nodes if n.name in wanted and any(w in n.state.upper() for w in LOST_NODE_STATES)
+    )
+
+
+def _reason(job: Job, state: ClusterState | None = None) -> str:
+    """Why a session waits (Slurm's pending reason), why its launcher gave up (the job comment), or that its node
+    is lost (a running job on a node that stopped answering: Slurm ends it after SlurmdTimeout, never requeued)."""
     if job.state == "PENDING":
         return pending_reasons.explain(job.reason)
+    if job.state == "NODE_FAIL":
+        return "its node failed; Slurm ended the session (it is not started again by itself)"
+    if job.state == "RUNNING" and state is not None and (lost := _lost_nodes(state, job)):
+        return (
+            f"its node {', '.join(lost)} is not responding; the session ends if the node does not come back "
+            "(it is not started again by itself)"
+        )
     fields = parse_comment(job.comment or "") or {}
     if fields.get("state") == "failed":
         return FAILURE_REASONS.get(fields.get("reason", ""), "the app did not start (see the job's output file)")
@@ -528,11 +552,11 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 ps.ended_at = utcnow()
                 ps.secret = ""  # as in stop_session
                 changed = True
-            if job is None or (was_ended and not _launch_failed(job)):
+            if job is None or (was_ended and not _ended_to_explain(job)):
                 continue
         ready = False
         spec = app_spec(ps.app)
-        if job.state == "RUNNING" and spec is not None:
+        if job.state == "RUNNING" and spec is not None and not _lost_nodes(state, job):
             ep = _valid_endpoint(state, job)
             ready = ep is not None and (not probe or _endpoint_ready(ep, ps.job_id, ps.secret, spec))
         out.append(
@@ -544,7 +568,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "gpus": ps.gpus,
                 "partition": ps.partition,
                 "state": job.state,
-                "reason": _reason(job),
+                "reason": _reason(job, state),
                 "slurm_reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
                 "reservation": ps.reservation,

@@ -130,6 +130,31 @@ def test_a_session_whose_image_was_refused_says_why(app: Flask, client: Any, fak
     assert view["state"] == "FAILED" and "container image" in view["reason"], view
 
 
+def test_a_session_on_a_node_that_stopped_answering_says_so(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    fake_scheduler.nodes[0] = dataclasses.replace(fake_scheduler.nodes[0], state="mixed+not_responding")
+    log_in_as(app, client, "alice")
+    view = next(v for v in client.get("/api/sessions").get_json()["sessions"] if v["job_id"] == job_id)
+    assert view["state"] == "RUNNING" and not view["ready"] and view["connect_url"] is None, view
+    assert "gpu01 is not responding" in view["reason"] and "not started again" in view["reason"], view
+    assert "gpu01 is not responding" in client.get("/").get_data(as_text=True)
+
+
+def test_a_session_ended_by_a_node_failure_stays_listed_with_the_reason(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    fake_scheduler.jobs[job_id] = dataclasses.replace(fake_scheduler.jobs[job_id], state="NODE_FAIL")
+    log_in_as(app, client, "alice")
+    for _ in range(2):  # the first view records the end; the next ones still explain it
+        view = next(v for v in client.get("/api/sessions").get_json()["sessions"] if v["job_id"] == job_id)
+        assert view["state"] == "NODE_FAIL" and "node failed" in view["reason"] and not view["ready"], view
+    with app.app_context():
+        assert db.session.query(PortalSession).one().ended_at is not None
+
+
 def test_connect_only_when_ready_and_answering(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice", running=False)
     log_in_as(app, client, "alice")

@@ -1,0 +1,148 @@
+"""A lost node on the live demo (issue 18): alice's session's node is killed outright while she watches.
+
+alice has a running JupyterLab session on one node (the others drained while it starts). Her node's container is
+killed (``podman kill``: no shutdown, slurmd and her app vanish at once). Then:
+
+* within ``NOTICED_S`` her dashboard and ``/api/sessions`` (200 all along, never a 5xx) say that the session's node
+  is not responding, and offer no Connect (slurmctld pings nodes every SlurmdTimeout/3 seconds);
+* the node's container is started again (systemd boots it, slurmd registers with a new boot time): within
+  ``ENDED_S`` the session ends, ``NODE_FAIL``, and the portal keeps it listed saying its node failed;
+* it is never requeued behind alice's back: at no look is the job PENDING again, and Slurm records no restart
+  (sessions have ``Requeue=0``);
+* the node returns to service by itself (``ReturnToService=2``) within ``BACK_S``, and a new job runs on it.
+
+Bounded: at most ``READY_TIMEOUT_S + NOTICED_S + ENDED_S + BACK_S`` seconds; requests only to the demo's published
+ports on 127.0.0.1 and ``podman`` commands on the demo's own containers. The node is started again whatever happens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fixtures.demo import BASE
+from tests.fixtures.demo import NODE_PREFIX
+from tests.fixtures.demo import Demo
+from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import job_report
+from tests.fixtures.demo import login
+from tests.fixtures.demo import on_head
+from tests.fixtures.demo import run
+
+pytestmark = pytest.mark.e2e
+
+READY_TIMEOUT_S = 300.0
+NOTICED_S = 150.0  # one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room
+ENDED_S = 240.0  # after the node is back: slurmd registers, slurmctld ends the jobs it no longer runs
+BACK_S = 240.0
+NODE = "node2"
+
+
+def sinfo_state(node: str) -> str:
+    return on_head("sinfo", "--noheader", "--Node", "--nodes", node, "--format=%T").stdout.strip().split("\n")[0]
+
+
+def job_fields(job_id: int) -> dict[str, str]:
+    shown = on_head("scontrol", "show", "job", str(job_id)).stdout
+    return dict(token.split("=", 1) for token in shown.split() if "=" in token)
+
+
+def session_view(api: Any, job_id: int) -> tuple[int, dict[str, Any] | None]:
+    resp = api.get(f"{BASE}/api/sessions", timeout=15_000)
+    if resp.status != 200:
+        return resp.status, None
+    return 200, next((v for v in resp.json()["sessions"] if v["job_id"] == job_id), None)
+
+
+@pytest.fixture
+def alice_on_node(demo: Demo) -> Iterator[tuple[Any, int]]:
+    """alice's ready JupyterLab session on NODE (every other node drained while it is placed)."""
+    on_head("scancel", "--user", "alice")
+    nodes = on_head("sinfo", "--noheader", "--Node", "--format=%N").stdout.split()
+    others = sorted({n for n in nodes if n != NODE})
+    page, _ = login(demo, "alice")
+    job_id = 0
+    try:
+        for other in others:
+            on_head("scontrol", "update", f"NodeName={other}", "State=DRAIN", "Reason=carme-e2e-lost-node")
+        try:
+            api = page.context.request
+            started = api.post(
+                f"{BASE}/api/sessions",
+                data={"app": "jupyterlab", "image": "jupyter", "gpus": 0, "time_minutes": 30},
+                headers=csrf_headers(page.context),
+            )
+            assert started.status == 201, started.text()
+            job_id = int(started.json()["job_id"])
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while not ((view := session_view(api, job_id)[1]) and view["ready"]):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"not ready after {READY_TIMEOUT_S:.0f} s: {view}\n{job_report(job_id)}")
+                time.sleep(2)
+        finally:
+            for other in others:
+                on_head("scontrol", "update", f"NodeName={other}", "State=RESUME")
+        assert on_head("squeue", "--noheader", "--format=%N", "--jobs", str(job_id)).stdout.strip() == NODE
+        yield page, job_id
+    finally:
+        run(["podman", "start", NODE_PREFIX + NODE], timeout=120)  # whatever happened, the node comes back
+        if job_id:
+            on_head("scancel", str(job_id))
+        page.context.close()
+
+
+def test_a_lost_node_is_shown_ends_the_session_without_requeue_and_rejoins(alice_on_node: tuple[Any, int]) -> None:
+    page, job_id = alice_on_node
+    api = page.context.request
+    assert "Requeue=0" in on_head("scontrol", "show", "job", str(job_id)).stdout.split()
+    looks: list[tuple[float, str, int, dict[str, Any] | None]] = []
+
+    def look(t0: float) -> tuple[int, dict[str, Any] | None]:
+        status, view = session_view(api, job_id)
+        looks.append((round(time.monotonic() - t0, 1), job_fields(job_id).get("JobState", "gone"), status, view))
+        assert status == 200, f"/api/sessions answered {status}: {looks[-3:]}"
+        assert not (view and view["state"] == "PENDING"), f"the session was requeued: {looks[-3:]}"
+        return status, view
+
+    killed = run(["podman", "kill", NODE_PREFIX + NODE])
+    assert killed.returncode == 0, killed.stderr
+    t0 = time.monotonic()
+    while True:
+        _status, view = look(t0)
+        if view and "not responding" in view["reason"]:
+            assert not view["ready"] and view["connect_url"] is None, view
+            break
+        assert time.monotonic() - t0 < NOTICED_S, f"no 'not responding' after {NOTICED_S:.0f} s: {looks[-3:]}"
+        time.sleep(3)
+    noticed_s = looks[-1][0]
+    dashboard = page.goto(f"{BASE}/")
+    assert dashboard is not None and dashboard.status == 200
+    assert f"{NODE} is not responding" in page.inner_text(f"tr[data-job='{job_id}']")
+
+    started = run(["podman", "start", NODE_PREFIX + NODE], timeout=120)
+    assert started.returncode == 0, started.stderr
+    t1 = time.monotonic()
+    while True:
+        _status, view = look(t0)
+        if view and view["state"] == "NODE_FAIL":
+            assert "node failed" in view["reason"], view
+            break
+        assert time.monotonic() - t1 < ENDED_S, f"the session did not end {ENDED_S:.0f} s after: {looks[-3:]}"
+        time.sleep(3)
+    ended_s = round(time.monotonic() - t1, 1)
+    assert job_fields(job_id).get("Restarts") in ("0", None), job_report(job_id)
+    page.goto(f"{BASE}/")
+    assert "node failed" in page.inner_text(f"tr[data-job='{job_id}']")
+
+    while (state := sinfo_state(NODE)) not in ("idle", "mixed", "allocated"):
+        assert time.monotonic() - t1 < ENDED_S + BACK_S, f"{NODE} is {state!r}, not back in service"
+        time.sleep(3)
+    probe = on_head(
+        "runuser", "-u", "alice", "--", "srun", f"--nodelist={NODE}", "--time=1", "--immediate=60", "hostname",
+        timeout=90,
+    )
+    assert probe.returncode == 0, (probe.stdout, probe.stderr)
+    print(f"lost node: noticed after {noticed_s} s, ended {ended_s} s after the node's restart")
