@@ -36,7 +36,9 @@ from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
 from tests.fixtures.demo import run
+from tests.fixtures.demo import start_jupyterlab
 from tests.fixtures.demo import wait_gone
+from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -64,21 +66,8 @@ def test_alice_opens_a_terminal_in_her_session_and_it_runs_inside_her_job(portal
     page, _ = login(portal.demo, "alice")
     portal.alice = page
     api = page.context.request
-    started = api.post(
-        f"{BASE}/api/sessions",
-        data={"app": "jupyterlab", "image": "jupyter", "gpus": 0, "time_minutes": 20},
-        headers=csrf_headers(page.context),
-    )
-    assert started.status == 201, started.text()
-    portal.job_id = job = int(started.json()["job_id"])
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        view = next((v for v in api.get(f"{BASE}/api/sessions").json()["sessions"] if v["job_id"] == job), None)
-        if view is not None and view["ready"]:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"alice's job {job} not ready after {READY_TIMEOUT_S:.0f} s: {view}\n{job_report(job)}")
-        time.sleep(2)
+    portal.job_id = job = start_jupyterlab(page, time_minutes=20)
+    wait_session_ready(api, job, READY_TIMEOUT_S)
     node = node_of(job)
     home = on_head("getent", "passwd", "alice").stdout.split(":")[5]
     # a session is never requeued behind alice's back (its node lost: it ends instead); carme-launch sets it

@@ -33,10 +33,11 @@ from tests.fixtures.demo import BASE
 from tests.fixtures.demo import REPO
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import connect
-from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
+from tests.fixtures.demo import start_jupyterlab
+from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -67,31 +68,13 @@ class Session:
         return self.page.context.request
 
 
-def wait_ready(api: Any, job_id: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        views = api.get(f"{BASE}/api/sessions").json()["sessions"]
-        view = next((v for v in views if v["job_id"] == job_id), None)
-        if view is not None and view["ready"]:
-            return
-        assert time.monotonic() < deadline, f"alice's job {job_id} not ready after {READY_TIMEOUT_S:.0f} s"
-        assert view is not None and view["state"] not in ("FAILED", "CANCELLED", "COMPLETED", "TIMEOUT"), view
-        time.sleep(2)
-
-
 @pytest.fixture(scope="module")
 def alice(demo: Demo) -> Iterator[Session]:
     page, _ = login(demo, "alice")
     api = page.context.request
-    started = api.post(
-        f"{BASE}/api/sessions",
-        data={"app": "jupyterlab", "image": "jupyter", "gpus": 0, "time_minutes": 30},
-        headers=csrf_headers(page.context),
-    )
-    assert started.status == 201, started.text()
-    job_id = int(started.json()["job_id"])
+    job_id = start_jupyterlab(page)
     try:
-        wait_ready(api, job_id)
+        wait_session_ready(api, job_id, READY_TIMEOUT_S)
         connect(api, job_id)
         assert api.get(proxied(job_id, "api/status"), max_redirects=0).status == 200
         yield Session(page=page, job_id=job_id)

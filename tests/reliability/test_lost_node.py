@@ -27,11 +27,12 @@ import pytest
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import Demo
-from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_report
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.demo import start_jupyterlab
+from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -70,19 +71,8 @@ def alice_on_node(demo: Demo) -> Iterator[tuple[Any, int]]:
         for other in others:
             on_head("scontrol", "update", f"NodeName={other}", "State=DRAIN", "Reason=carme-e2e-lost-node")
         try:
-            api = page.context.request
-            started = api.post(
-                f"{BASE}/api/sessions",
-                data={"app": "jupyterlab", "image": "jupyter", "gpus": 0, "time_minutes": 30},
-                headers=csrf_headers(page.context),
-            )
-            assert started.status == 201, started.text()
-            job_id = int(started.json()["job_id"])
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while not ((view := session_view(api, job_id)[1]) and view["ready"]):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"not ready after {READY_TIMEOUT_S:.0f} s: {view}\n{job_report(job_id)}")
-                time.sleep(2)
+            job_id = start_jupyterlab(page)
+            wait_session_ready(page.context.request, job_id, READY_TIMEOUT_S)
         finally:
             for other in others:
                 on_head("scontrol", "update", f"NodeName={other}", "State=RESUME")
