@@ -124,8 +124,10 @@ molecule: $(PREPARE) ## every Molecule scenario, one after another
 	  flock $(MOLECULE_LOCK) molecule test -s $$s
 	done
 
+# every benchmark on the demo (brought up first when it is not), bounded (under 20 min): bench/results/<date>.{json,md}
 bench: venv
-	for b in bench/bench_*.py; do echo "=== $$b"; $(PY) $$b; done
+	carme demo status > /dev/null || $(MAKE) --no-print-directory demo
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf .cache .artifacts .pytest_cache .mypy_cache .ruff_cache

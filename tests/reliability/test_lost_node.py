@@ -12,77 +12,33 @@ killed (``podman kill``: no shutdown, slurmd and her app vanish at once). Then:
   (sessions have ``Requeue=0``);
 * the node returns to service by itself (``ReturnToService=2``) within ``BACK_S``, and a new job runs on it.
 
-Bounded: at most ``READY_TIMEOUT_S + NOTICED_S + ENDED_S + BACK_S`` seconds; requests only to the demo's published
-ports on 127.0.0.1 and ``podman`` commands on the demo's own containers. The node is started again whatever happens.
+Bounded: at most ``READY_TIMEOUT_S`` (tests/fixtures/reliability.py) ``+ NOTICED_S + ENDED_S + BACK_S`` seconds;
+requests only to the demo's published ports on 127.0.0.1 and ``podman`` commands on the demo's own containers.
+The node is started again whatever happens.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
-from tests.fixtures.demo import Demo
 from tests.fixtures.demo import job_report
-from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
-from tests.fixtures.demo import start_jupyterlab
-from tests.fixtures.demo import wait_session_ready
+from tests.fixtures.reliability import NODE
+from tests.fixtures.reliability import job_fields
+from tests.fixtures.reliability import session_view
+from tests.fixtures.reliability import sinfo_state
 
 pytestmark = pytest.mark.e2e
 
-READY_TIMEOUT_S = 300.0
 NOTICED_S = 150.0  # one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room
 ENDED_S = 240.0  # after the node is back: slurmd registers, slurmctld ends the jobs it no longer runs
 BACK_S = 240.0
-NODE = "node2"
-
-
-def sinfo_state(node: str) -> str:
-    return on_head("sinfo", "--noheader", "--Node", "--nodes", node, "--format=%T").stdout.strip().split("\n")[0]
-
-
-def job_fields(job_id: int) -> dict[str, str]:
-    shown = on_head("scontrol", "show", "job", str(job_id)).stdout
-    return dict(token.split("=", 1) for token in shown.split() if "=" in token)
-
-
-def session_view(api: Any, job_id: int) -> tuple[int, dict[str, Any] | None]:
-    resp = api.get(f"{BASE}/api/sessions", timeout=15_000)
-    if resp.status != 200:
-        return resp.status, None
-    return 200, next((v for v in resp.json()["sessions"] if v["job_id"] == job_id), None)
-
-
-@pytest.fixture
-def alice_on_node(demo: Demo) -> Iterator[tuple[Any, int]]:
-    """alice's ready JupyterLab session on NODE (every other node drained while it is placed)."""
-    on_head("scancel", "--user", "alice")
-    nodes = on_head("sinfo", "--noheader", "--Node", "--format=%N").stdout.split()
-    others = sorted({n for n in nodes if n != NODE})
-    page, _ = login(demo, "alice")
-    job_id = 0
-    try:
-        for other in others:
-            on_head("scontrol", "update", f"NodeName={other}", "State=DRAIN", "Reason=carme-e2e-lost-node")
-        try:
-            job_id = start_jupyterlab(page)
-            wait_session_ready(page.context.request, job_id, READY_TIMEOUT_S)
-        finally:
-            for other in others:
-                on_head("scontrol", "update", f"NodeName={other}", "State=RESUME")
-        assert on_head("squeue", "--noheader", "--format=%N", "--jobs", str(job_id)).stdout.strip() == NODE
-        yield page, job_id
-    finally:
-        run(["podman", "start", NODE_PREFIX + NODE], timeout=120)  # whatever happened, the node comes back
-        if job_id:
-            on_head("scancel", str(job_id))
-        page.context.close()
 
 
 def test_a_lost_node_is_shown_ends_the_session_without_requeue_and_rejoins(alice_on_node: tuple[Any, int]) -> None:

@@ -1,0 +1,5 @@
+"""The reliability suite's fixtures live in tests/fixtures/reliability.py."""
+
+from tests.fixtures.reliability import alice_on_node
+
+__all__ = ["alice_on_node"]
