@@ -29,6 +29,11 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+#: The URL converter for a row's id (``<{ROW_ID}:news_id>``): Werkzeug's ``int`` takes any number of digits, SQLite's
+#: INTEGER 64 bits only; a longer id was an OverflowError (a 500) where there is simply no such row (a 404).
+ROW_ID = f"int(max={2**63 - 1})"
+
+
 class UTCDateTime(TypeDecorator[dt.datetime]):
     """Stores naive UTC (MariaDB has no time zones) and returns aware UTC datetimes."""
 

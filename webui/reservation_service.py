@@ -67,9 +67,13 @@ def parse_time(form: Mapping[str, Any], name: str) -> dt.datetime:
     raw = forms.text(form, name, max_len=32)
     for fmt in (FORM_TIME, FORM_TIME + ":%S"):
         try:
-            return dt.datetime.strptime(raw.strip(), fmt).replace(tzinfo=zone()).astimezone(dt.UTC)
+            local = dt.datetime.strptime(raw.strip(), fmt).replace(tzinfo=zone())
         except ValueError:
             continue
+        try:
+            return local.astimezone(dt.UTC)
+        except OverflowError:  # e.g. 0001-01-01T00:00 east of UTC: before the first day datetime knows
+            raise forms.FieldError(name, "lies outside the calendar") from None
     raise forms.FieldError(name, "must be a date and time (YYYY-MM-DDTHH:MM)")
 
 

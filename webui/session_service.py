@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -474,7 +475,20 @@ def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
         as_user = str(current_app.config["SLURM_ADMIN_USER"])
     else:
         abort(403, description="Only the owner or an administrator may stop this session.")
-    scheduler().cancel(job_id, as_user=as_user)
+    if record.ended_at is not None:
+        # Stopped already (a second click, a retried API call) or ended in Slurm: nothing left to cancel. Asking Slurm
+        # again only brought its "Invalid job id" back, as a 503.
+        return record
+    try:
+        scheduler().cancel(job_id, as_user=as_user)
+    except SlurmError:
+        # Slurm refuses to cancel a job it has forgotten or that is ending or ended: the session is over all the same
+        # (the dashboard had not looked since). Only a job that still runs by Slurm's fresh word, or no word, is an
+        # error (a 503 from the API, a message on the pages).
+        fresh = scheduler().state(max_age=FRESH_STATE_SECONDS)
+        job = fresh.job(job_id)
+        if fresh.error or (job is not None and job.user == record.owner and job.active and job.state != "COMPLETING"):
+            raise
     record.ended_at = utcnow()
     record.secret = ""  # an ended session's secret is of no use to anyone: do not keep it
     action = "session.stop" if record.owner == user.username else "admin.session.stop"
@@ -708,7 +722,12 @@ def _target_for(grant: ProxyGrant, job_id: int) -> ProxyTarget:
     return ProxyTarget(ep, grant.secret, upstream_headers(app_spec(grant.app), grant.secret, job_id))
 
 
+#: a Slurm job id as the portal's URLs carry it: ASCII digits only (str.isdigit() also takes "²", which int() refuses,
+#: and other scripts' digits, which int() reads)
+JOB_ID = re.compile(r"[0-9]{1,12}")
+
+
 def parse_job_id(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 12:
+    if not JOB_ID.fullmatch(raw):
         raise BadRequest("job_id: must be a number")
     return int(raw)

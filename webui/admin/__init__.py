@@ -23,6 +23,7 @@ from webui import forms
 from webui import monitoring
 from webui import session_service
 from webui.extensions import db
+from webui.models import ROW_ID
 from webui.models import AuditLog
 from webui.models import ImageCatalog
 from webui.models import News
@@ -96,7 +97,7 @@ def news() -> Any:
     return render_template("admin/news.html", items=list(items))
 
 
-@bp.route("/news/<int:news_id>/delete", methods=["POST"])
+@bp.route(f"/news/<{ROW_ID}:news_id>/delete", methods=["POST"])
 def news_delete(news_id: int) -> Response:
     item = db.session.get(News, news_id)
     if item is None:
@@ -142,7 +143,7 @@ def images() -> Any:
     return render_template("admin/images.html", entries=list(entries))
 
 
-@bp.route("/images/<int:entry_id>/toggle", methods=["POST"])
+@bp.route(f"/images/<{ROW_ID}:entry_id>/toggle", methods=["POST"])
 def image_toggle(entry_id: int) -> Response:
     entry = db.session.get(ImageCatalog, entry_id)
     if entry is None:
@@ -186,7 +187,7 @@ def quota() -> Any:
     return render_template("admin/quota.html", rows=list(rows), defaults=defaults)
 
 
-@bp.route("/quota/<int:row_id>/delete", methods=["POST"])
+@bp.route(f"/quota/<{ROW_ID}:row_id>/delete", methods=["POST"])
 def quota_delete(row_id: int) -> Response:
     row = db.session.get(QuotaPolicy, row_id)
     if row is None:

@@ -84,7 +84,10 @@ def list_sessions() -> Any:
 def start_session() -> Any:
     user = current_user()
     assert user is not None
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the decoder goes: json.loads raises this, not a ValueError
+        abort(400, description="body: the JSON is nested too deeply")
     form = body if isinstance(body, dict) else request.form
     record = session_service.start_session(user, form)
     return jsonify(job_id=record.job_id, app=record.app, gpus=record.gpus), 201
@@ -147,7 +150,7 @@ def app_enter() -> Response:
     if not app_origin.enabled() or request.headers.get(app_origin.VIA_HEADER) != "apps":
         abort(404)
     raw_job = request.args.get("job", "")
-    if not raw_job.isdigit() or len(raw_job) > 12:
+    if not session_service.JOB_ID.fullmatch(raw_job):
         abort(400, description="job: not a job id")
     job_id = int(raw_job)
     login_id = app_origin.redeem_ticket(request.args.get("ticket", ""), job_id)

@@ -18,6 +18,7 @@ from werkzeug.wrappers import Response
 from webui import forms
 from webui import reservation_service as svc
 from webui.extensions import db
+from webui.models import ROW_ID
 from webui.models import ReservationRequest
 from webui.models import utcnow
 from webui.security import admin_required
@@ -35,6 +36,8 @@ def _first_day(view: str) -> dt.date:
         date = dt.date.fromisoformat(raw) if raw else utcnow().astimezone(svc.zone()).date()
     except ValueError:
         abort(400, description="date: must be YYYY-MM-DD")
+    if not dt.MINYEAR < date.year < dt.MAXYEAR:  # the grid and its previous/next links must stay inside the calendar
+        abort(400, description=f"date: must lie between the years {dt.MINYEAR + 1} and {dt.MAXYEAR - 1}")
     if view == "month":
         return date.replace(day=1)
     return date - dt.timedelta(days=date.weekday())
@@ -111,7 +114,7 @@ def _row_or_404(request_id: int) -> ReservationRequest:
     return row
 
 
-@bp.route("/<int:request_id>/cancel", methods=["POST"])
+@bp.route(f"/<{ROW_ID}:request_id>/cancel", methods=["POST"])
 @login_required
 def cancel(request_id: int) -> Response:
     user = current_user()
@@ -172,7 +175,7 @@ def admin() -> Any:
     )
 
 
-@bp.route("/admin/<int:request_id>/decide", methods=["POST"])
+@bp.route(f"/admin/<{ROW_ID}:request_id>/decide", methods=["POST"])
 @admin_required
 def decide(request_id: int) -> Response:
     user = current_user()
