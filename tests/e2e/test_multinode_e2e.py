@@ -3,17 +3,16 @@
 alice starts a 2-node JupyterLab session from the portal's start form (no GPUs: the demo's interactive QOS allows one
 GPU per user, and GPUs are per node), waits for Connect, opens JupyterLab through the proxy and, from a notebook
 cell, runs ``tests/fixtures/multinode/session_check.py`` (copied into her home, which every node shares): it builds
-an MPI hello world with ``mpicc``, runs it with ``srun --mpi=pmix`` over the session's allocation, and runs the
-stdlib TCP all-reduce check (``allreduce_check.py``) the same way, meeting at the session's ``MASTER_ADDR`` and
-``MASTER_PORT``. The test then reads its ``results.json``: both node names from MPI, the all-reduce sum over both
-nodes, and the rendezvous variables pointing at the first node. Before that, the portal refuses 3 nodes with a
-400 naming ``nodes``, and the interactive QOS carries the same limit for every submission (MaxTRESPerJob=node=2).
+an MPI hello world with ``mpicc``, runs it with ``srun --mpi=pmix`` over the session's allocation, and runs a real
+``torch.distributed`` all-reduce (``torch_allreduce_check.py``: gloo backend, CPU) the same way with the nodes'
+system Python, one process per node, ``init_method="env://"`` meeting at the session's own ``MASTER_ADDR`` and
+``MASTER_PORT`` (rank = ``SLURM_PROCID``, world = ``WORLD_SIZE``). The test then reads its ``results.json``: both
+node names from MPI, the torch all-reduce sum over both nodes (1 + 2) and the node of each rank, and the rendezvous
+variables pointing at the first node. Before that, the portal refuses 3 nodes with a 400 naming ``nodes``, and the
+interactive QOS carries the same limit for every submission (MaxTRESPerJob=node=2).
 
-``torch.distributed`` is not installed on the demo (its wheels are gigabytes): the all-reduce check stands in for
-its ``env://`` rendezvous (same variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK = SLURM_PROCID). A real
-torch all-reduce over these variables is not verified here.
-
-Needs the demo deployed with the slurm role's PMIx/Open MPI packages on the nodes and MpiDefault=pmix (site.yml).
+Needs the demo deployed with the slurm role's PMIx/Open MPI packages on the nodes and MpiDefault=pmix, and Debian's
+``python3-torch`` (1.13, CPU) on the compute nodes (``carme_runtime_node_apt_packages`` in inventories/demo; site.yml).
 Runs as root on the demo host (``podman exec`` for squeue, sacctmgr and to copy the check into alice's home).
 """
 
@@ -47,9 +46,9 @@ from tests.fixtures.demo import run
 pytestmark = pytest.mark.e2e
 
 CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
-CHECK_TIMEOUT_S = 600.0  # mpicc plus two srun steps, on two small nodes
+CHECK_TIMEOUT_S = 600.0  # mpicc plus two srun steps (one imports torch), on two small nodes
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
-FILES = ("session_check.py", "mpi_hello.c", "allreduce_check.py")
+FILES = ("session_check.py", "mpi_hello.c", "torch_allreduce_check.py")
 NODES = 2
 
 
@@ -208,10 +207,17 @@ def test_mpi_hello_and_the_rendezvous_over_both_nodes_from_the_notebook(portal: 
     assert sorted(r for r, _, _, _ in hello) == ["0", "1"], steps["hello"]
     assert {size for _, size, _, _ in hello} == {str(NODES)} and {s for _, _, _, s in hello} == {"3"}, hello
     assert {node for _, _, node, _ in hello} == hostnames, (hello, hostnames)
-    # the TCP all-reduce met at MASTER_ADDR:MASTER_PORT from both nodes
-    pattern = r"allreduce rank=(\d+) size=(\d+) node=(\S+) master=(\S+) sum=(\d+)"
-    reduced = re.findall(pattern, steps["allreduce"]["stdout"])
-    assert sorted(r for r, _, _, _, _ in reduced) == ["0", "1"], steps["allreduce"]
+    # torch.distributed (gloo): one process per node met at the session's MASTER_ADDR:MASTER_PORT, all-reduced
+    # rank+1 to 1+2 on every rank, and rank 0 gathered every rank's node
+    pattern = r"torch-allreduce rank=(\d+) size=(\d+) node=(\S+) master=(\S+) sum=(\d+)"
+    reduced = re.findall(pattern, steps["torch"]["stdout"])
+    assert sorted(r for r, _, _, _, _ in reduced) == ["0", "1"], steps["torch"]
+    assert {size for _, size, _, _, _ in reduced} == {str(NODES)}, reduced
     assert {node for _, _, node, _, _ in reduced} == hostnames, reduced
     assert {m for _, _, _, m, _ in reduced} == {f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"}, reduced
     assert {s for _, _, _, _, s in reduced} == {"3"}, reduced
+    torch = results["torch"]
+    assert torch is not None, f"rank 0 wrote no torch_allreduce.json: {steps['torch']}"
+    assert torch["sum"] == 3 and torch["world_size"] == NODES and torch["backend"] == "gloo", torch
+    assert len(torch["nodes"]) == NODES and set(torch["nodes"]) == hostnames, (torch, hostnames)
+    assert torch["nodes"][0] == first, torch  # rank 0 (SLURM_PROCID 0) runs on the first node, at MASTER_ADDR
