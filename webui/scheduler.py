@@ -33,6 +33,7 @@ from webui.slurmrestd_records import int_field
 from webui.slurmrestd_records import parse_job
 from webui.slurmrestd_records import parse_node
 from webui.slurmrestd_records import parse_partition
+from webui.usage_cache import SingleFlight
 
 
 class Scheduler(Protocol):
@@ -62,6 +63,7 @@ class SlurmScheduler:
         cache_seconds: float,
         quota_cache_seconds: float,
         app_dirs: Sequence[str],
+        associations_cache_seconds: float = 300.0,
         probe_timeout: float = 1.0,
         probe_cache_seconds: float = 5.0,
         verify_cache_seconds: float = 60.0,
@@ -71,7 +73,11 @@ class SlurmScheduler:
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
         self.cache = StateCache(self._fetch, cache_seconds)
-        self._quota = TTLMap(quota_cache_seconds, jitter=0.25)
+        # GPU-hours: the month's jobs per account (one slurmdbd query per account and ``quota_cache_seconds``, whatever
+        # the number of users), the associations (who is in which account) for longer; both asked as the service user
+        self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
+        self._assocs: SingleFlight[dict[str, frozenset[str]]] = SingleFlight(associations_cache_seconds)
+        self._own_assocs: SingleFlight[frozenset[str]] = SingleFlight(associations_cache_seconds, maxsize=4096)
         self._probes = TTLMap(probe_cache_seconds)
         self.probe_cache_seconds = probe_cache_seconds
         self._verified = TTLMap(verify_cache_seconds)
@@ -101,26 +107,42 @@ class SlurmScheduler:
         self.cache.invalidate()
 
     def gpu_hours_used(self, user: str, since: dt.datetime) -> float | None:
-        key = (user, int(since.timestamp()))
-        hit, value = self._quota.get(key)
-        if hit:
-            return value  # type: ignore[no-any-return]
+        """The user's GPU-hours since ``since`` in all their accounts; ``None`` when Slurm cannot say.
+
+        At most ``quota_cache_seconds`` old (as the per-user cache this replaces): the account's jobs are fetched at
+        most once per that interval per process, by one caller while the others wait for it, and each user's sum is
+        taken from their own jobs (``user`` field) of their own accounts only.
+        """
+        since_ts = int(since.timestamp())
         try:
-            jobs = self.client.accounting_jobs(user, int(since.timestamp()))
+            total = 0.0
+            for account in sorted(self._accounts_of(user)):
+                jobs = self._jobs_of_account(account, since_ts)
+                total += sum(job_gpu_hours(j) for j in jobs if j.get("user") == user)
         except SlurmError:
             return None
-        total = 0.0
-        for job in jobs:
-            elapsed = int_field((job.get("time") or {}).get("elapsed"))
-            tres = (job.get("tres") or {}).get("allocated") or []
-            gpus = sum(
-                int_field(t.get("count"))
-                for t in tres
-                if isinstance(t, Mapping) and t.get("type") == "gres" and t.get("name") == "gpu"
-            )
-            total += gpus * elapsed / 3600.0
-        self._quota.put(key, total)
         return total
+
+    def _jobs_of_account(self, account: str, since_ts: int) -> tuple[dict[str, Any], ...]:
+        def fetch() -> tuple[dict[str, Any], ...]:
+            jobs = self.client.account_jobs(self.service_user, [account], since_ts)
+            return tuple(j for j in jobs if j.get("account", account) == account)
+
+        return self._account_jobs.get((account, since_ts), fetch)
+
+    def _accounts_of(self, user: str) -> frozenset[str]:
+        """The user's accounts from all associations (one query, cached); a user missing there has the map read again
+        (at most every :data:`ASSOC_MISS_SECONDS`), then their own associations are asked with their own token (the
+        service user may not see all associations where ``PrivateData=users`` and it is no Operator)."""
+        by_user = self._assocs.get("all", self._all_associations)
+        if user not in by_user:
+            by_user = self._assocs.get("all", self._all_associations, max_age=ASSOC_MISS_SECONDS)
+        if user in by_user:
+            return by_user[user]
+        return self._own_assocs.get(user, lambda: _accounts_by_user(self.client.associations(user, of_user=user))[user])
+
+    def _all_associations(self) -> dict[str, frozenset[str]]:
+        return _accounts_by_user(self.client.associations(self.service_user))
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
         key = (endpoint.host, endpoint.port, path)
@@ -150,6 +172,35 @@ class SlurmScheduler:
         return self.client.queries
 
 
+#: a user not in the cached associations has them read again when they are at least this old
+ASSOC_MISS_SECONDS = 30.0
+
+
+class _AccountsByUser(dict[str, frozenset[str]]):
+    def __missing__(self, key: str) -> frozenset[str]:
+        return frozenset()
+
+
+def _accounts_by_user(assocs: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for a in assocs:
+        if a.get("user") and a.get("account"):
+            found.setdefault(str(a["user"]), set()).add(str(a["account"]))
+    return _AccountsByUser({u: frozenset(accts) for u, accts in found.items()})
+
+
+def job_gpu_hours(job: Mapping[str, Any]) -> float:
+    """GPUs allocated (``gres/gpu`` TRES) times the elapsed time of one accounting record, in hours."""
+    elapsed = int_field((job.get("time") or {}).get("elapsed"))
+    tres = (job.get("tres") or {}).get("allocated") or []
+    gpus = sum(
+        int_field(t.get("count"))
+        for t in tres
+        if isinstance(t, Mapping) and t.get("type") == "gres" and t.get("name") == "gpu"
+    )
+    return gpus * elapsed / 3600.0
+
+
 def probe_http(endpoint: Endpoint, path: str, headers: Mapping[str, str], timeout: float) -> bool:
     """True when the app answers its readiness path with 2xx/3xx (redirects not followed)."""
     status = launch_probe(endpoint.host, endpoint.port, path, headers, timeout)
@@ -169,6 +220,7 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         service_user=str(config["SLURM_SERVICE_USER"]),
         cache_seconds=float(config["SCHEDULER_CACHE_SECONDS"]),
         quota_cache_seconds=float(config["QUOTA_CACHE_SECONDS"]),
+        associations_cache_seconds=float(config.get("QUOTA_ASSOCIATIONS_CACHE_SECONDS", 300.0)),
         app_dirs=tuple(config["CARME_APP_DIRS"]),
         probe_timeout=float(config["READINESS_TIMEOUT_SECONDS"]),
         probe_cache_seconds=float(config["READINESS_CACHE_SECONDS"]),

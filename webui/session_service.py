@@ -47,6 +47,8 @@ from webui.session_spec import load_apps
 from webui.session_spec import readiness_path
 from webui.slurmrestd import SlurmError
 from webui.slurmrestd import SlurmUnavailable
+from webui.usage_cache import Shown
+from webui.usage_cache import StaleWhileRefresh
 
 T = TypeVar("T")
 
@@ -73,8 +75,9 @@ def scheduler() -> Scheduler:
 def view_cache() -> TTLMap:
     """Per-worker cache of what the dashboard shows and admins rarely change.
 
-    The news for ``SCHEDULER_CACHE_SECONDS``, a user's quota policy for ``QUOTA_CACHE_SECONDS`` (like the GPU-hours
-    shown next to it). The admin views clear it when they change either; decisions (start, limits) never read it.
+    The news for ``SCHEDULER_CACHE_SECONDS``, a user's quota policy for ``QUOTA_CACHE_SECONDS`` (the GPU-hours shown
+    next to it: :func:`usage_display`). The admin views clear it when they change either; decisions (start, limits)
+    never read it.
     """
     cache: TTLMap = current_app.extensions["carme_view_cache"]
     return cache
@@ -146,38 +149,63 @@ def month_start(now: dt.datetime | None = None) -> dt.datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-#: How long an unknown GPU-hour usage (slurmdbd or slurmrestd failed) is kept before Slurm is asked again.
+#: After a failed GPU-hour read (slurmdbd or slurmrestd down) the dashboard asks Slurm again no sooner than this.
 USAGE_FAILURE_CACHE_SECONDS = 10.0
+#: A key's very first dashboard look waits at most this long for its GPU-hours (then shows them as unknown).
+USAGE_FIRST_WAIT_SECONDS = 2.0
+
+
+def usage_display() -> StaleWhileRefresh:
+    """The per-worker GPU-hours the dashboard shows (:class:`webui.usage_cache.StaleWhileRefresh`), made on first use
+    in the worker (its refresh threads too: nothing of it exists in a preloading gunicorn master)."""
+    shown: StaleWhileRefresh | None = current_app.extensions.get("carme_usage_display")
+    if shown is None:
+        ttl = float(current_app.config["QUOTA_CACHE_SECONDS"])
+        made = StaleWhileRefresh(
+            ttl,
+            failure=min(ttl, USAGE_FAILURE_CACHE_SECONDS),
+            max_stale=5 * ttl,
+            first_wait=USAGE_FIRST_WAIT_SECONDS,
+        )
+        shown = current_app.extensions.setdefault("carme_usage_display", made)
+    return shown
 
 
 def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
     """GPU-hours this month from Slurm's accounting; ``None`` when Slurm cannot say right now.
 
-    ``cached`` (display): a value for ``QUOTA_CACHE_SECONDS``, a failure for ``USAGE_FAILURE_CACHE_SECONDS``, so a
-    dashboard polling every 15 s does not query slurmdbd on every load while it is down.
+    Not ``cached`` (decisions: the start's budget check, reservations): the scheduler's value, at most
+    ``QUOTA_CACHE_SECONDS`` old, read now when older. ``cached`` (display): see :func:`gpu_hours_shown`.
     """
-    since = month_start()
     if not cached:
-        return scheduler().gpu_hours_used(username, since)
-    key = ("gpu_hours", username, since.isoformat())
-    hit, value = view_cache().get(key)
-    if hit:
-        return value  # type: ignore[no-any-return]
-    used = scheduler().gpu_hours_used(username, since)
-    ttl = float(current_app.config["QUOTA_CACHE_SECONDS"])
-    view_cache().put(key, used, ttl if used is not None else min(ttl, USAGE_FAILURE_CACHE_SECONDS))
-    return used
+        return scheduler().gpu_hours_used(username, month_start())
+    return gpu_hours_shown(username).value
+
+
+def gpu_hours_shown(username: str) -> Shown:
+    """For display only: the last known value and when it was read, at once; older than ``QUOTA_CACHE_SECONDS`` it is
+    refreshed in the background (one refresh per user per worker), a failure is retried after
+    ``USAGE_FAILURE_CACHE_SECONDS`` (the last value stays shown up to ``5 * QUOTA_CACHE_SECONDS``). Only a user's
+    first look in a worker waits, at most ``USAGE_FIRST_WAIT_SECONDS``."""
+    since = month_start()
+    sched = scheduler()  # the refresh runs outside the request: it takes the object, not the app context
+    return usage_display().get((username, since.isoformat()), lambda: sched.gpu_hours_used(username, since))
 
 
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
     policy = effective_policy(username, cached=cached)
-    used = gpu_hours_used(username, cached=cached)
+    if cached:
+        shown = gpu_hours_shown(username)
+        used, as_of = shown.value, shown.as_of
+    else:
+        used, as_of = gpu_hours_used(username), time.time()
     from webui import reservation_service
 
     reserved = reservation_service.reserved_gpu_hours(username)
     return {
         "reserved_gpu_hours": None if reserved is None else round(reserved, 2),
         "used_gpu_hours": None if used is None else round(used, 2),
+        "used_as_of": None if used is None or as_of is None else dt.datetime.fromtimestamp(as_of, dt.UTC),
         "limit_gpu_hours": policy.gpu_hours_per_month,
         "percent": None
         if used is None or policy.gpu_hours_per_month <= 0

@@ -84,6 +84,8 @@ SLURM_FORBIDDEN_USERS = ("root", "slurm")
 SCHEDULER_CACHE_SECONDS = 2.0
 PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not ready re-reads state at most this often
 QUOTA_CACHE_SECONDS = 60.0
+# Who is in which Slurm account (for the GPU-hours, read once for all users as SLURM_SERVICE_USER) is kept this long.
+QUOTA_ASSOCIATIONS_CACHE_SECONDS = 300.0
 # Optional dotted path "module:callable" returning a webui.scheduler.Scheduler; tests inject fakes.
 SCHEDULER_FACTORY: str | None = None
 # Or a ready object implementing webui.scheduler.Scheduler (test_config only).

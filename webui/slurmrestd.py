@@ -210,32 +210,46 @@ class SlurmClient:
     def cancel(self, user: str, job_id: int) -> None:
         self.request("DELETE", f"{API}/job/{int(job_id)}", user)
 
-    def accounting_jobs(self, user: str, since: int) -> list[dict[str, Any]]:
-        """The user's jobs since ``since`` (epoch) from slurmdbd, without steps.
+    def associations(self, user: str, *, of_user: str | None = None) -> list[dict[str, Any]]:
+        """Slurm's associations (``of_user``'s only, when given) as ``user`` sees them: all of them for an Operator."""
+        query = "" if of_user is None else "?" + urllib.parse.urlencode({"user": of_user})
+        assocs = self.request("GET", f"{API_DB}/associations{query}", user).get("associations") or []
+        return [a for a in assocs if isinstance(a, dict)]
+
+    def account_jobs(self, user: str, accounts: Iterable[str], since: int) -> list[dict[str, Any]]:
+        """Every job of ``accounts`` since ``since`` (epoch) from slurmdbd, without steps, as ``user`` sees them.
 
         slurmrestd 22.05.8 answers 500 "Unknown Query field" to ``users=`` and cannot parse an epoch ``start_time``:
-        the query names the user's accounts (from ``/associations?user=``) and a local ``YYYY-MM-DDTHH:MM:SS`` start
-        (slurmrestd runs next to the portal), and the jobs of other users in those accounts are dropped here.
+        the query names the accounts and a local ``YYYY-MM-DDTHH:MM:SS`` start (slurmrestd runs next to the portal).
+        22.05 reports an empty result as error 9003 "Nothing found": that is no jobs.
         """
-        assocs = self.request("GET", f"{API_DB}/associations?{urllib.parse.urlencode({'user': user})}", user)
-        accounts = sorted(
-            {
-                str(a["account"])
-                for a in assocs.get("associations") or []
-                if isinstance(a, Mapping) and a.get("account") and a.get("user") == user
-            }
-        )
-        if not accounts:
-            return []
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
         query = urllib.parse.urlencode({"account": ",".join(accounts), "start_time": start, "skip_steps": "true"})
         try:
             jobs = self.request("GET", f"{API_DB}/jobs?{query}", user).get("jobs") or []
-        except SlurmError as exc:  # 22.05 reports an empty result as error 9003 "Nothing found"
+        except SlurmError as exc:
             if exc.errors and all(isinstance(e, Mapping) and e.get("error_number") == 9003 for e in exc.errors):
                 return []
             raise
-        return [j for j in jobs if isinstance(j, dict) and j.get("user") == user]
+        return [j for j in jobs if isinstance(j, dict)]
+
+    def accounting_jobs(self, user: str, since: int) -> list[dict[str, Any]]:
+        """The user's jobs since ``since`` (epoch) from slurmdbd, without steps, asked with the user's own token.
+
+        The query names the user's accounts (from ``/associations?user=``, see :meth:`account_jobs`) and the jobs of
+        other users in those accounts are dropped here. (The portal's GPU-hours use :class:`webui.scheduler.
+        SlurmScheduler`'s per-account cache instead.)
+        """
+        accounts = sorted(
+            {
+                str(a["account"])
+                for a in self.associations(user, of_user=user)
+                if a.get("account") and a.get("user") == user
+            }
+        )
+        if not accounts:
+            return []
+        return [j for j in self.account_jobs(user, accounts, since) if j.get("user") == user]
 
 
 def make_client(config: Mapping[str, Any]) -> SlurmClient:
