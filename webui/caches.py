@@ -32,6 +32,7 @@ class StateCache:
         self._state: ClusterState | None = None
         self._stamp = 0.0
         self._refreshing = False
+        self._generation = 0  # bumped by invalidate(): a refresh that began before it is stale when it lands
         self.refreshes = 0
 
     def get(self, max_age: float | None = None) -> ClusterState:
@@ -43,6 +44,7 @@ class StateCache:
                     return self._state
                 if not self._refreshing:
                     self._refreshing = True
+                    generation = self._generation
                     break
                 self._cond.wait(timeout=30)
         new: ClusterState | None = None
@@ -55,7 +57,9 @@ class StateCache:
             with self._cond:
                 if new is not None:
                     self._state = new
-                    self._stamp = self._clock()
+                    # invalidated while this refresh ran (a job submitted meanwhile may be missing): served to the
+                    # callers that waited for it, but the next get() fetches again
+                    self._stamp = self._clock() if generation == self._generation else -self.ttl - 1.0
                     self.refreshes += 1
                 self._refreshing = False
                 self._cond.notify_all()
@@ -65,6 +69,7 @@ class StateCache:
     def invalidate(self) -> None:
         with self._cond:
             self._stamp = -self.ttl - 1.0
+            self._generation += 1
 
 
 _MISS = object()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 from alembic import command
@@ -52,6 +54,67 @@ def upgrade_database(revision: str = "head") -> bool:
     return current_revisions() != before
 
 
+IMAGE_KINDS = ["container", "image", "environment"]
+
+
+def _ensure_image(name: str, image: str, kind: str, apps: tuple[str, ...] | list[str], description: str) -> str:
+    """Create or update catalogue entry NAME (enabled) in the session, uncommitted, with its audit record;
+    returns created, updated or unchanged."""
+    row = db.session.execute(select(ImageCatalog).where(ImageCatalog.name == name)).scalar_one_or_none()
+    wanted = {"image": image, "kind": kind, "allowed_apps": sorted(set(apps)), "description": description}
+    if row is None:
+        db.session.add(ImageCatalog(name=name, enabled=True, **wanted))
+        outcome = "created"
+    elif row.enabled and all(getattr(row, k) == v for k, v in wanted.items()):
+        outcome = "unchanged"
+    else:
+        for key, value in wanted.items():
+            setattr(row, key, value)
+        row.enabled = True
+        outcome = "updated"
+    if outcome != "unchanged":
+        db.session.add(AuditLog(actor="cli", action=f"image.{outcome}", target=name, details=wanted, time=utcnow()))
+        db.session.flush()
+    return outcome
+
+
+def _parse_image_entries(text: str) -> list[dict[str, Any]]:
+    """The entries of images-ensure, checked as image-ensure checks its options; a CLI error names the first bad one."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise click.ClickException(f"ENTRIES is not JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise click.ClickException("ENTRIES must be a JSON list of objects")
+    entries: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for index, item in enumerate(data):
+        where = f"entry {index}"
+        if not isinstance(item, dict):
+            raise click.ClickException(f"{where}: not an object")
+        unknown = set(item) - {"name", "image", "kind", "apps", "description"}
+        if unknown:
+            raise click.ClickException(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        name, image = item.get("name"), item.get("image")
+        kind, apps, description = item.get("kind", "image"), item.get("apps"), item.get("description", "")
+        if not isinstance(name, str) or not name:
+            raise click.ClickException(f"{where}: name must be a non-empty string")
+        where = f"entry {index} ({name})"
+        if name in names:
+            raise click.ClickException(f"{where}: named twice")
+        names.add(name)
+        if not isinstance(image, str) or not image:
+            raise click.ClickException(f"{where}: image must be a non-empty string")
+        if kind not in IMAGE_KINDS:
+            raise click.ClickException(f"{where}: kind must be one of {', '.join(IMAGE_KINDS)}")
+        if not isinstance(apps, list) or not apps or not all(isinstance(a, str) and a for a in apps):
+            raise click.ClickException(f"{where}: apps must be a non-empty list of strings")
+        if not isinstance(description, str):
+            raise click.ClickException(f"{where}: description must be a string")
+        entries.append({"name": name, "image": image, "kind": kind, "apps": apps, "description": description})
+    return entries
+
+
 def register(app: Flask) -> None:
     @app.cli.command("db-upgrade")
     @click.option("--revision", default="head", show_default=True)
@@ -90,29 +153,30 @@ def register(app: Flask) -> None:
     @click.argument("name")
     @click.option("--image", required=True, help="container image, or environment name with --kind environment")
     @click.option(
-        "--kind", type=click.Choice(["container", "image", "environment"]), default="image", show_default=True,
+        "--kind", type=click.Choice(IMAGE_KINDS), default="image", show_default=True,
         help="container: built by `carme image build`, IMAGE is PATH@sha256:DIGEST, run with CONTAINER_RUNTIME",
     )
     @click.option("--app", "apps", multiple=True, required=True, help="allowed app (repeat)")
     @click.option("--description", default="", show_default=True)
     def image_ensure(name: str, image: str, kind: str, apps: tuple[str, ...], description: str) -> None:
         """Create or update catalogue entry NAME (enabled); prints created, updated or unchanged."""
-        row = db.session.execute(select(ImageCatalog).where(ImageCatalog.name == name)).scalar_one_or_none()
-        wanted = {"image": image, "kind": kind, "allowed_apps": sorted(set(apps)), "description": description}
-        if row is None:
-            db.session.add(ImageCatalog(name=name, enabled=True, **wanted))
-            outcome = "created"
-        elif row.enabled and all(getattr(row, k) == v for k, v in wanted.items()):
-            outcome = "unchanged"
-        else:
-            for key, value in wanted.items():
-                setattr(row, key, value)
-            row.enabled = True
-            outcome = "updated"
+        outcome = _ensure_image(name, image, kind, apps, description)
         if outcome != "unchanged":
-            db.session.add(AuditLog(actor="cli", action=f"image.{outcome}", target=name, details=wanted, time=utcnow()))
             db.session.commit()
         click.echo(f"image {name}: {outcome}")
+
+    @app.cli.command("images-ensure")
+    @click.argument("entries")
+    def images_ensure(entries: str) -> None:
+        """Create or update every catalogue entry of ENTRIES, a JSON list of {name, image, kind, apps, description}
+        (as image-ensure takes them; kind defaults to image, description to ""). All entries are checked before
+        any is written, and all are written in one transaction; prints one line per entry, as image-ensure."""
+        wanted = _parse_image_entries(entries)
+        outcomes = [(entry["name"], _ensure_image(**entry)) for entry in wanted]
+        if any(outcome != "unchanged" for _, outcome in outcomes):
+            db.session.commit()
+        for name, outcome in outcomes:
+            click.echo(f"image {name}: {outcome}")
 
     @app.cli.command("scheduler-queries")
     def scheduler_queries() -> None:

@@ -83,6 +83,8 @@ class SlurmScheduler:
         self._verified = TTLMap(verify_cache_seconds)
 
     def _fetch(self) -> ClusterState:
+        # "as of" the moment the job list was asked for: a job submitted after that may be missing from it
+        started = time.time()
         jobs = self.client.jobs(self.service_user)
         nodes = self.client.nodes(self.service_user)
         parts = self.client.partitions(self.service_user)
@@ -90,7 +92,7 @@ class SlurmScheduler:
             jobs=tuple(parse_job(j) for j in jobs),
             nodes=tuple(parse_node(n) for n in nodes),
             partitions=tuple(parse_partition(p) for p in parts),
-            fetched_at=time.time(),
+            fetched_at=started,
         )
 
     def state(self, max_age: float | None = None) -> ClusterState:

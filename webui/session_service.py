@@ -589,6 +589,11 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
             if not was_ended:
                 out.append(_unknown_view(ps))
             continue
+        if job is None and not was_ended and state.fetched_at < ps.created_at.timestamp():
+            # the snapshot was asked for before this session was submitted: its job is not missing, just not in it
+            # yet (ending the session here wiped its secret while Slurm ran it, seen under concurrent starts)
+            out.append(_unknown_view(ps, reason="submitted, not yet listed by the scheduler"))
+            continue
         if job is None or job.state in TERMINAL:
             if ps.ended_at is None:
                 ps.ended_at = utcnow()
@@ -635,7 +640,7 @@ def _ends_at(job: Job) -> str | None:
     return end.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _unknown_view(ps: PortalSession) -> dict[str, Any]:
+def _unknown_view(ps: PortalSession, reason: str = "scheduler unreachable") -> dict[str, Any]:
     return {
         "job_id": ps.job_id,
         "owner": ps.owner,
@@ -644,7 +649,7 @@ def _unknown_view(ps: PortalSession) -> dict[str, Any]:
         "gpus": ps.gpus,
         "partition": ps.partition,
         "state": "UNKNOWN",
-        "reason": "scheduler unreachable",
+        "reason": reason,
         "slurm_reason": "",
         "seconds_left": None,
         "reservation": ps.reservation,

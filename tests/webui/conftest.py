@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,7 +96,10 @@ class FakeScheduler:
         self.queries += 1
         if self.error:
             return ClusterState(error=self.error)
-        return ClusterState(tuple(self.jobs.values()), tuple(self.nodes), tuple(self.partitions), fetched_at=1.0)
+        # as a real fetch: "as of" now (a session created after this snapshot is not ended for missing from it)
+        return ClusterState(
+            tuple(self.jobs.values()), tuple(self.nodes), tuple(self.partitions), fetched_at=time.time()
+        )
 
     def submit(self, spec: SessionSpec, secret: str) -> int:
         payload = build_payload(spec, secret, load_apps(()), spec.limits)  # the real carme_runtime payload

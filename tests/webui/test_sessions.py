@@ -249,3 +249,41 @@ def test_readiness_is_asked_through_the_front_under_the_base_url() -> None:
     assert readiness_path(apps["code-server"], 12) == "/proxy/12/healthz"
     assert readiness_path(apps["jupyterlab"], 12) == "/proxy/12/api/status"
     assert readiness_path(apps["tensorboard"], 12) == "/proxy/12/"
+
+
+def test_a_session_missing_from_a_snapshot_older_than_itself_is_not_ended(
+    app: Flask, fake_scheduler: FakeScheduler
+) -> None:
+    """A scheduler snapshot asked for before a session was submitted does not list its job yet: the session must not
+    be ended for that (it once lost its secret while Slurm ran it, under concurrent starts)."""
+    from webui.cluster_state import ClusterState
+    from webui.session_service import session_views
+
+    job_id = add_session(app, fake_scheduler, "alice")
+    with app.app_context():
+        ps = db.session.query(PortalSession).filter_by(job_id=job_id).one()
+        secret, created = ps.secret, ps.created_at.timestamp()
+        views = session_views(ClusterState(fetched_at=created - 1.0), [ps], probe=False)
+        assert ps.ended_at is None and ps.secret == secret
+        assert views[0]["state"] == "UNKNOWN" and "not yet listed" in views[0]["reason"]
+        session_views(ClusterState(fetched_at=created + 1.0), [ps], probe=False)
+        assert ps.ended_at is not None  # a snapshot taken after it that lacks the job: the session is over
+
+
+def test_a_refresh_invalidated_while_it_ran_is_not_kept() -> None:
+    from webui.caches import StateCache
+    from webui.cluster_state import ClusterState
+
+    calls = {"n": 0}
+    cache: StateCache
+
+    def fetch() -> ClusterState:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            cache.invalidate()  # a submit lands while the first fetch runs
+        return ClusterState(fetched_at=float(calls["n"]))
+
+    cache = StateCache(fetch, ttl=60.0)
+    assert cache.get().fetched_at == 1.0
+    assert cache.get().fetched_at == 2.0 and calls["n"] == 2  # fetched again, not served for 60 s
+    assert cache.get().fetched_at == 2.0 and calls["n"] == 2
