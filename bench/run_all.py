@@ -158,8 +158,10 @@ def rows_start(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
     last = dig(r, "concurrent", "last_http200_s")
     if last is not None:
-        rows.append((f"{fmt(dig(r, 'concurrent', 'users'))} users start at once → the last one answers 200",
-                     fmt(last, " s"), "", ""))  # fmt: skip
+        c = r["concurrent"]
+        rows.append((f"{fmt(c.get('started'))} sessions of {fmt(c.get('users'))} users start at once (asked: "
+                     f"{fmt(c.get('requested'))}; the demo's limits) → the last one answers 200", fmt(last, " s"),
+                     "", ""))  # fmt: skip
     return rows
 
 
