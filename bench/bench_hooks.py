@@ -78,6 +78,7 @@ def make_env(work: Path, bindir: Path) -> dict[str, str]:
         "SLURM_JOB_PARTITION": "debug",
         "SLURM_JOB_ACCOUNT": "research",
         "SLURM_CLUSTER_NAME": "carme",
+        "SLURM_JOB_COMMENT": "carme:v1;state=starting",  # a Carme session: the hooks leave foreign jobs alone
         "SLURM_CONF": "/etc/slurm/slurm.conf",
         "CARME_CONFIG": str(work / "runtime.json"),  # absent: defaults + the overrides below
         "CARME_LOG_DIR": str(work / "log"),
