@@ -51,6 +51,10 @@ from tests.fixtures.demo import Demo
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.fuzz import MARKS
+from tests.fixtures.fuzz import META
+from tests.fixtures.fuzz import RAW
+from tests.fixtures.fuzz import mutated
 
 pytestmark = pytest.mark.e2e
 
@@ -60,14 +64,6 @@ BUDGET_S = 90.0  # examples after this send nothing
 RESULTS = REPO / ".artifacts" / "reliability" / "fuzz_live.json"
 PWNED = "/tmp/carme-fuzz-pwned"
 
-MARKS = (
-    "<script>fuzz(1)</script>",
-    '"><img src=x onerror=fuzz(2)>',
-    "'><svg/onload=fuzz(3)>",
-    "</textarea><script>fuzz(4)</script>",
-)
-RAW = ("<script>fuzz", "<img src=x onerror=fuzz", "<svg/onload=fuzz")
-META = ";$()`|&><\n\r'\"\\*?~{}[]#!"
 NASTY = (
     f"$(touch {PWNED})",
     f"`touch {PWNED}`",
@@ -112,23 +108,6 @@ json_values = st.recursive(
 RAW_BODIES = (b"[" * 3000, b'{"app": ', b"\xff\xfe", b'"text"', b'{"gpus": NaN}')
 #: the portal's USERNAME_PATTERN (webui/settings.py): login fuzz only sends names it refuses by their form
 USERNAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
-
-
-@st.composite
-def mutated(draw: st.DrawFn, good: Mapping[str, Any], values: st.SearchStrategy[Any]) -> dict[str, Any]:
-    """The good form with up to three fields given a generated value, emptied, sent twice or left out."""
-    form: dict[str, Any] = dict(good)
-    for name in draw(st.lists(st.sampled_from([*good, "unexpected"]), max_size=3, unique=True)):
-        how = draw(st.sampled_from(["value", "value", "value", "empty", "twice", "omit"]))
-        if how == "omit":
-            form.pop(name, None)
-        elif how == "empty":
-            form[name] = ""
-        elif how == "twice":
-            form[name] = [draw(values), form.get(name, "")]
-        else:
-            form[name] = draw(values)
-    return form
 
 
 def reservation_day() -> str:

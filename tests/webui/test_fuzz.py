@@ -45,6 +45,10 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.fixtures.fuzz import MARKS
+from tests.fixtures.fuzz import META
+from tests.fixtures.fuzz import RAW
+from tests.fixtures.fuzz import mutated
 from webui.ldapauth import LdapIdentity
 from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import ReservationState
@@ -59,17 +63,6 @@ from .conftest import make_app
 REFERER = {"Referer": "https://localhost/"}
 
 # --- what is generated -----------------------------------------------------------------------------------------------
-
-#: stored or reflected, each must only ever appear escaped in HTML
-MARKS = (
-    "<script>fuzz(1)</script>",
-    '"><img src=x onerror=fuzz(2)>',
-    "'><svg/onload=fuzz(3)>",
-    "</textarea><script>fuzz(4)</script>",
-)
-#: what must never appear raw in an HTML page (escaped, "<" is "&lt;")
-RAW = ("<script>fuzz", "<img src=x onerror=fuzz", "<svg/onload=fuzz")
-META = ";$()`|&><\n\r'\"\\*?~{}[]#!"
 
 NASTY = (
     "$(touch /tmp/carme-fuzz-pwned)",
@@ -147,25 +140,6 @@ RAW_BODIES = (
     b'"just a string"',
     b"null",
 )
-
-
-@st.composite
-def mutated(draw: st.DrawFn, good: Mapping[str, Any], values: st.SearchStrategy[Any]) -> dict[str, Any]:
-    """The good form with up to three fields changed: given a generated value, emptied, sent twice or left out (a
-    field nobody asked for may come along). Mostly one field at a time, so that every check is reached, and generated
-    text in a free-text field is accepted and stored."""
-    form: dict[str, Any] = dict(good)
-    for name in draw(st.lists(st.sampled_from([*good, "unexpected"]), max_size=3, unique=True)):
-        how = draw(st.sampled_from(["value", "value", "value", "empty", "twice", "omit"]))
-        if how == "omit":
-            form.pop(name, None)
-        elif how == "empty":
-            form[name] = ""
-        elif how == "twice":
-            form[name] = [draw(values), form.get(name, "")]
-        else:
-            form[name] = draw(values)
-    return form
 
 
 def form_of(good: Mapping[str, str]) -> st.SearchStrategy[dict[str, Any]]:
