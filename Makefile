@@ -70,16 +70,21 @@ test:
 	background checks lint unit
 	echo "=== make molecule and make lint unit: in the background, logs in .artifacts/{molecule,checks}.log"
 	rc=0
-	step demo || rc=$$?
+	step demo 2>&1 | tee .artifacts/demo.log || rc=$$?
 	# the browser tests wait for Molecule: its scenarios add and remove podman networks, and chromium aborts whatever
 	# it is loading when this machine's addresses change (net::ERR_NETWORK_CHANGED, seen in form posts and reloads)
 	echo "=== make e2e-tests waits for Molecule"; wait $$molecule || true
-	[ $$rc = 0 ] && { step e2e-tests || rc=$$?; }
+	[ $$rc = 0 ] && { step e2e-tests 2>&1 | tee .artifacts/e2e-tests.log || rc=$$?; }
 	wait
 	for name in checks molecule; do
 	  echo "=== $$name log"; cat .artifacts/$$name.log
-	  [ "$$(cat .artifacts/$$name.rc)" = 0 ] || { echo "=== $$name failed"; rc=1; }
+	  [ "$$(cat .artifacts/$$name.rc)" = 0 ] || rc=1
 	done
+	# CI shows only the end of this output: say there what ran, how it ended and which tests failed
+	echo "=== summary"
+	grep -h -E '^=== make |^(FAILED|ERROR) |^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* =+$$|^CRITICAL |failed=[1-9]' \
+	  .artifacts/demo.log .artifacts/e2e-tests.log .artifacts/checks.log .artifacts/molecule.log 2>/dev/null \
+	  | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300 || true
 	exit $$rc
 
 # under `make test` (and CI=true) a test whose real component is missing fails instead of skipping
