@@ -9,8 +9,9 @@ containers). Runs alternate (floor, portal, floor, portal, ...) so both see the 
 image ``jupyter``, 1 GPU, 10 minutes) and clicks Start: ``POST /sessions/new`` -> the portal submits as alice through
 slurmrestd (``webui.session_service.start_session`` -> ``carme_runtime.sessions.build_rest_payload``: the constant
 script ``exec carme-launch``, the job environment ``PATH`` + ``CARME_*`` with a fresh session secret). From the click
-on, the same browser context polls ``/api/sessions`` every 100 ms until the portal says the session is ready (what
-offers Connect), then follows Connect as the button does (``/sessions/<job>/connect`` -> one-time ticket -> the apps'
+on, the browser stays on the dashboard the POST leads to (its ``starting.js`` asks ``/api/sessions`` every 0.5 s
+while a session starts and reloads the page when it changes) until the session's Connect button is shown, then
+follows Connect as the button does (``/sessions/<job>/connect`` -> one-time ticket -> the apps'
 origin -> ``/proxy/<job>/lab`` through nginx's ``auth_request`` and the session front) until JupyterLab answers 200.
 The session is then stopped through the API.
 
@@ -34,9 +35,10 @@ What differs between the two paths, and nothing else:
   as sent). Both are batch jobs of the same user, partition and QOS: Slurm schedules both the same way;
 * the floor's client polls the app through the front directly as soon as it answers; the portal path waits for the
   launcher to see the app ready (its own probe, every 0.5 s), prove its front and publish ``state=ready`` in the job
-  comment (``scontrol update``), for the portal to see that comment (its scheduler-state cache, up to
-  ``SCHEDULER_CACHE_SECONDS`` = 2 s per gunicorn worker) and probe the front itself, and then for Connect, the ticket,
-  nginx's ``auth_request`` and the proxy.
+  comment (``scontrol update``), for the portal to see that comment (its scheduler-state cache: at most
+  ``STARTING_STATE_SECONDS`` = 0.5 s old while a session starts, per gunicorn worker) and probe the front itself, for
+  the dashboard's next look (``STARTING_POLL_SECONDS`` = 0.5 s) and reload, and then for Connect, the ticket, nginx's
+  ``auth_request`` and the proxy.
 
 Breakdown. A watcher runs inside the head for the whole bench (one ``podman exec``; the head's
 ``/opt/carme/venv`` python, for ``carme_runtime.front``): ``squeue`` every 0.1 s (each state and comment change,
@@ -52,7 +54,7 @@ inside the head (floor). Milestones, in order:
 * ``t_front``: the launcher's connection file appeared (its front listens; the app is being started);
 * ``t_listening``: the app answers ``api/status`` through its front (polled from the head);
 * ``t_published``: ``squeue`` shows the launcher's ``state=ready`` comment (portal path; shown for the floor too);
-* ``t_ready_portal``: ``/api/sessions`` says ready (portal only);
+* ``t_ready_portal``: the dashboard shows Connect (portal only; the concurrent starts poll ``/api/sessions``);
 * ``t_200``: JupyterLab's ``/lab`` answers 200: through the proxy (portal) / directly through the front (floor).
 
 Segments are differences of consecutive milestones (a milestone seen before the previous one, e.g. RUNNING seen
@@ -418,6 +420,8 @@ def slurm_seconds(seen: dict[str, Any], t0: float) -> dict[str, Any]:
         "start_s": rel(start, t0),
         "start_minus_submit_s": None if sub is None or start is None else round(start - sub, 0),
         "scheduler": s.get("scheduler"),
+        # squeue's reasons while the job pended (None/empty ones are not recorded): why it waited, if it did
+        "pending_reasons": sorted(set(seen.get("pending_reasons", []))),
     }
 
 
@@ -534,12 +538,16 @@ def floor_run(watch: Watcher, req: SessionRequest, runtime: str, check: bool = F
 
 
 def ready_then_200(
-    get: Callable[[str, bool], tuple[int, str, str]], job_id: int, t0: float, deadline: float
+    get: Callable[[str, bool], tuple[int, str, str]],
+    job_id: int,
+    t0: float,
+    deadline: float,
+    t_ready: float | None = None,
 ) -> dict[str, Any]:
-    """Poll /api/sessions until the session is ready, then follow Connect until /proxy/<job>/lab answers 200.
+    """Poll /api/sessions until the session is ready (unless ``t_ready`` says when it was seen ready), then follow
+    Connect until /proxy/<job>/lab answers 200.
 
     ``get(url, follow)`` -> (status, Location header, final URL)."""
-    t_ready: float | None = None
     t_200: float | None = None
     last = 0
     connects = 0
@@ -573,6 +581,8 @@ def sync_getter(api: Any) -> Callable[[str, bool], tuple[int, str, str]]:
 
 
 def portal_run(page: Any, watch: Watcher, image: str = IMAGE, check: bool = False) -> dict[str, Any]:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.goto(f"{BASE}/sessions/new")
     page.select_option("select[name=app]", APP)
     page.select_option("select[name=image]", image)
@@ -591,7 +601,16 @@ def portal_run(page: Any, watch: Watcher, image: str = IMAGE, check: bool = Fals
     result: dict[str, Any] = {"job": job_id, "t_submit": rel(t_submit, t0), "t_dashboard_row": rel(t_row, t0)}
     extra: dict[str, Any] = {}
     try:
-        result.update(ready_then_200(sync_getter(api), job_id, t0, t0 + RUN_TIMEOUT_S))
+        # what the user sees: the dashboard (its starting.js asks the portal every 0.5 s and reloads the page when
+        # the session changes) shows Connect for the job
+        t_ready: float | None = None
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_selector(
+                f'tr[data-job="{job_id}"] a.connect', timeout=max(1.0, t0 + RUN_TIMEOUT_S - time.time()) * 1000
+            )
+            t_ready = time.time()
+        deadline = t0 + RUN_TIMEOUT_S if t_ready is not None else time.time()
+        result.update(ready_then_200(sync_getter(api), job_id, t0, deadline, t_ready))
         seen = watch.get(job_id)
         result.update(milestones_from(seen, t0))
         result["node"] = seen.get("node")

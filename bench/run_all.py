@@ -10,6 +10,9 @@ a number, a PNG next to it):
 * ``hooks``: the Slurm prolog/epilog shims against a bare interpreter start (bench_hooks.py);
 * ``start``: Start click to JupyterLab 200 through the proxy against the floor (bench_start.py, 20 runs each,
   alternating, per-segment breakdown, 10 users at once, plot of the distributions);
+* ``jupyterhub``: the comparison row: JupyterHub + batchspawner brought up on the same demo and app environment,
+  spawn request to JupyterLab 200 through its proxy against a bare JupyterLab started by sbatch (bench_jupyterhub.py,
+  10 runs each, alternating; everything it installed is removed afterwards);
 * ``portal``: the dashboard under 20 and 200 users on the demo's real stack (bench_portal.py --target demo: nginx +
   TLS, gunicorn, MariaDB, slurmrestd), memory of the portal's processes and nginx, plot of latency against users.
 
@@ -46,6 +49,7 @@ BENCHES: dict[str, tuple[list[str], float]] = {
         [PY, "bench/bench_start.py", "--runs", "20", "--concurrent", "10", "--plot", "bench/results/start.png"],
         600.0,
     ),
+    "jupyterhub": ([PY, "bench/bench_jupyterhub.py", "--runs", "10", "--time-limit", "420"], 480.0),
     "portal": ([PY, "bench/bench_portal.py", "--target", "demo", "--plot", "bench/results/portal.png"], 420.0),
 }
 
@@ -169,6 +173,31 @@ def rows_start(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def rows_jupyterhub(r: dict[str, Any]) -> list[Row]:
+    hub_med, hub_p90 = dig(r, "hub", "http200", "median_s"), dig(r, "hub", "http200", "p90_s")
+    floor_med = dig(r, "floor", "http200", "median_s")
+    over = r.get("hub_minus_floor_median_s")
+    if over is None and hub_med is not None and floor_med is not None:
+        over = round(hub_med - floor_med, 2)
+    versions = r.get("versions") or {}
+    which = (f"; JupyterHub {versions['jupyterhub']}, batchspawner {versions['batchspawner']}, "
+             f"n = {fmt(dig(r, 'hub', 'http200', 'n'))}") if versions.get("jupyterhub") else ""  # fmt: skip
+    what = ("JupyterHub + batchspawner, spawn → 200 through its proxy, median (same cluster, floor: bare JupyterLab "
+            f"by sbatch{which})")  # fmt: skip
+    measured = f"{fmt(hub_med, ' s')} (floor {fmt(floor_med, ' s')}, +{fmt(over, ' s')}); p90 {fmt(hub_p90, ' s')}"
+    rows: list[Row] = [(what, measured, "comparison (Carme: the Start rows above)", "")]
+    # the brief's target: Carme's overhead over its floor at most half of JupyterHub's over its own, same cluster
+    start = load("start")
+    carme_over = start.get("portal_minus_floor_median_s")
+    if carme_over is not None and over is not None:
+        half = round(float(over) / 2, 2)
+        rows.append(("Overhead over the floor, Carme (portal minus the same launcher by sbatch) against JupyterHub "
+                     "(hub minus a bare JupyterLab by sbatch), medians",
+                     f"Carme {fmt(carme_over, ' s')}, JupyterHub {fmt(over, ' s')}", "Carme ≤ half of JupyterHub's",
+                     verdict(carme_over, half)))  # fmt: skip
+    return rows
+
+
 def rows_portal(r: dict[str, Any]) -> list[Row]:
     demo = r.get("demo", {})
     rows: list[Row] = []
@@ -189,6 +218,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "render": rows_render,
     "hooks": rows_hooks,
     "start": rows_start,
+    "jupyterhub": rows_jupyterhub,
     "portal": rows_portal,
 }
 

@@ -281,8 +281,8 @@ def check_job_isolation(
             UNVERIFIABLE, "no job devices cgroup found (ConstrainDevices off or not created yet)"
         )
     try:
-        with open(path, encoding="ascii") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:  # binary + decode: a text-mode open imports ``encodings.ascii``
+            text = fh.read().decode("ascii")
     except OSError as exc:
         return DeviceCheck(UNVERIFIABLE, f"cannot read {path}: {exc.strerror}")
     return check_devices_list(text, allocated)

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 
-from carme_runtime.exit_codes import ExitCode
+from carme_runtime.job import COMMENT_PREFIX
 from carme_runtime.job import InvalidJobEnv
 from carme_runtime.job import JobContext
 
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from carme_runtime.config import RuntimeConfig
 
 DEFAULT_LOG_DIR = "/var/log/carme"
+#: :attr:`carme_runtime.exit_codes.ExitCode.OK`, the hooks' exit status for everything but a broken node; a plain int
+#: because building the ``IntEnum`` costs more than importing the rest of this module, on every job
+EXIT_OK = 0
 
 
 # --- logging ---------------------------------------------------------------------------------------
@@ -140,14 +143,45 @@ def execute_scratch_plan(plan: ScratchPlan) -> str:
         if plan.action == "unlink":
             os.unlink(plan.path)
         else:
-            import shutil
-
-            # Python 3.11 rmtree uses the fd-based implementation on Linux: it does not follow symlinks
-            # inside the tree and refuses a symlink at the top.
-            shutil.rmtree(plan.path)
+            remove_tree(plan.path)
     except OSError as exc:
         return f"failed: {exc}"
     return "removed"
+
+
+#: a directory opened without following a symlink in its last component
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def remove_tree(path: str) -> None:
+    """Remove the directory ``path`` and everything below it; raise the first :class:`OSError`.
+
+    The fd-based walk of ``shutil.rmtree`` on Linux (``shutil._rmtree_safe_fd`` in Python 3.11) without importing
+    ``shutil``, which pulls ``zlib``, ``bz2`` and ``lzma`` into every epilog. Each directory is opened relative to
+    its parent with ``O_NOFOLLOW`` and its entries are removed through ``dir_fd``, so a symlink in the tree is
+    unlinked, never followed, even one swapped in for a directory during the walk; a symlink at the top fails.
+    """
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        _remove_contents(fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _remove_contents(dir_fd: int) -> None:
+    with os.scandir(dir_fd) as it:
+        entries = list(it)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                _remove_contents(fd)
+            finally:
+                os.close(fd)
+            os.rmdir(entry.name, dir_fd=dir_fd)
+        else:
+            os.unlink(entry.name, dir_fd=dir_fd)
 
 
 # --- leftover processes -----------------------------------------------------------------------------
@@ -164,12 +198,15 @@ def user_pids(uid: int, proc_root: str = "/proc", exclude: frozenset[int] = froz
         if not entry.isdigit() or int(entry) in exclude:
             continue
         try:
-            with open(os.path.join(proc_root, entry, "status"), encoding="ascii", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            pids.append(int(entry))
-                        break
+            # One raw read, no file object: this runs for every process on the node in every epilog.
+            fd = os.open(os.path.join(proc_root, entry, "status"), os.O_RDONLY)
+            try:
+                status = b"\n" + os.read(fd, 4096)  # "Uid:" is the 9th line, far inside the first 4 KiB
+            finally:
+                os.close(fd)
+            start = status.index(b"\nUid:") + 1
+            if int(status[start:].split(b"\n", 1)[0].split()[1]) == uid:
+                pids.append(int(entry))
         except (OSError, ValueError, IndexError):
             continue
     return sorted(pids)
@@ -285,8 +322,6 @@ def carme_job(env: Mapping[str, str], cfg: RuntimeConfig | None) -> str:
     "all"`` (a cluster only Carme schedules on) acts on every job. A broken config counts as scope ``carme``
     without BeeOND, so a typo in runtime.json never makes the hooks touch foreign jobs.
     """
-    from carme_runtime.slurm_formats import COMMENT_PREFIX
-
     if env.get("SLURM_JOB_COMMENT", "").strip().split(";", 1)[0] == COMMENT_PREFIX:
         return "session"
     if cfg is None:
@@ -327,7 +362,7 @@ def run_prolog(
 ) -> int:
     start = _start_hook("prolog", env, "checks skipped")
     if start is None:
-        return ExitCode.OK
+        return EXIT_OK
     ctx, cfg, log_dir, head = start.ctx, start.cfg, start.log_dir, start.head
     from carme_runtime import gpu
 
@@ -357,7 +392,7 @@ def run_prolog(
             # The user's job asked for something that could not be built: the job fails, the node stays in service.
             result = fail_job(ctx.job_id, started.error, runner)
     write_log(log_dir, str(ctx.job_id), f"{head} gpus={gpus_s} {gpu_s} result={result}{beeond_s}")
-    return ExitCode.OK
+    return EXIT_OK
 
 
 def _beeond_runner(cfg: RuntimeConfig) -> Runner:
@@ -392,7 +427,7 @@ def run_epilog(
 ) -> int:
     start = _start_hook("epilog", env, "cleanup skipped")
     if start is None:
-        return ExitCode.OK
+        return EXIT_OK
     ctx, cfg, log_dir, head = start.ctx, start.cfg, start.log_dir, start.head
     plan = plan_scratch_removal(cfg.scratch_root, cfg.scratch_pattern, ctx)
     scratch = execute_scratch_plan(plan)
@@ -408,4 +443,4 @@ def run_epilog(
     write_log(
         log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}{beeond_s}"
     )
-    return ExitCode.OK
+    return EXIT_OK

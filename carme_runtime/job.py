@@ -13,6 +13,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+#: first field of the comment of a Carme session (``carme:v1;state=...``, :mod:`carme_runtime.slurm_formats`); here
+#: rather than there because the hooks check it for every job and must not import the Slurm parsers to do so
+COMMENT_PREFIX = "carme:v1"
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 

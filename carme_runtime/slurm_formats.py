@@ -17,12 +17,12 @@ import re
 
 from carme_runtime.hostlist import HostlistError
 from carme_runtime.hostlist import expand_hostlist
+from carme_runtime.job import COMMENT_PREFIX as COMMENT_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-COMMENT_PREFIX = "carme:v1"
 #: job states in which a job holds resources on its nodes
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
 #: job states of a job that has not finished: waiting for (or requeued to wait for) resources, or holding them

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +16,7 @@ from flask import jsonify
 from flask import render_template
 from flask import request
 from flask_wtf.csrf import CSRFError  # type: ignore[import-untyped]
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import PendingRollbackError
 from sqlalchemy.exc import SQLAlchemyError
@@ -26,7 +29,7 @@ from webui.extensions import db
 from webui.ldapauth import check_config as check_ldap_config
 from webui.session_cookie import SlidingSessionInterface
 
-__all__ = ["DATABASE_DOWN_MESSAGE", "create_app"]
+__all__ = ["DATABASE_DOWN_MESSAGE", "create_app", "prepare_for_fork"]
 
 DATABASE_DOWN_MESSAGE = "The portal's database is unavailable right now. Please try again in a minute."
 
@@ -71,9 +74,52 @@ def check_config(app: Flask) -> None:
     check_ldap_config(app.config)
 
 
+# --- forking servers (gunicorn --preload) -----------------------------------------------------------------------
+#
+# roles/carme_webui runs gunicorn with --preload: create_app() runs once, in the master, and the workers are forked
+# from it. What create_app() builds is therefore shared by the workers, and it must leave nothing behind that two
+# processes may not share: it starts no thread (the GPU-hours refresh pool, webui/usage_cache.py, is made on first use
+# and again in any process other than the one that made it), opens no database, LDAP, Slurm or Zabbix connection
+# (all of them are made on first use in a request), keeps no file open, and holds no per-process secret or random
+# state (SECRET_KEY comes from the config; ``random`` is reseeded in a forked child by Python itself). As a guard all
+# the same, a forked child replaces every engine's pool with an empty one (below): a database connection opened before
+# a fork is never used by two processes. tests/webui/test_preload.py checks all of this.
+
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _new_pools_in_child() -> None:
+    # dispose(close=False): a new, empty pool, without closing (or telling the server about) the parent's
+    # connections, which the parent goes on using (SQLAlchemy, "Using Connection Pools with Multiprocessing").
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_new_pools_in_child)
+
+
+def prepare_for_fork(app: Flask) -> None:
+    """Called by webui/wsgi.py, in the gunicorn master before it forks the workers (``--preload``).
+
+    Does once, here, what each worker would otherwise do on its first requests (configure the ORM mappers, compile the
+    templates), so that the workers share it instead of each building a copy; then moves every object made so far out
+    of the garbage collector's reach (:func:`gc.freeze`): a full collection in a worker would otherwise write to each of
+    them, and so copy, page by page, all the memory it shares with the master. Opens no connection, starts no thread.
+    """
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()
+    for name in app.jinja_env.list_templates(filter_func=lambda n: n.endswith(".html")):
+        app.jinja_env.get_template(name)
+    gc.collect()
+    gc.freeze()
+
+
 def register_extensions(app: Flask) -> None:
     csrf.init_app(app)
     db.init_app(app)
+    with app.app_context():
+        _ENGINES.update(db.engines.values())
     from webui import scheduler
     from webui.caches import TTLMap
 
@@ -141,11 +187,15 @@ def register_security_headers(app: Flask) -> None:
     if int(app.config["HSTS_SECONDS"]) > 0:
         headers.append(("Strict-Transport-Security", f"max-age={int(app.config['HSTS_SECONDS'])}"))
 
+    lowered = [(name.lower(), name, value) for name, value in headers]
+
     @app.after_request
     def _headers(resp: Response) -> Response:
         h = resp.headers
-        for name, value in headers:
-            h.setdefault(name, value)
+        # setdefault() for each: the names the response has, looked up once (seven setdefault calls, each a scan of
+        # the headers, were a few percent of a dashboard request)
+        present = {name.lower() for name, _ in h}  # Headers iterates over (name, value)
+        h.extend([(name, value) for low, name, value in lowered if low not in present])
         if resp.mimetype == "text/html" or request.blueprint in ("auth", "api"):
             h.setdefault("Cache-Control", "no-store")
         return resp
@@ -213,7 +263,10 @@ def register_commands(app: Flask) -> None:
 
 
 def register_template_helpers(app: Flask) -> None:
+    from webui.csrf_token import csrf_token
     from webui.security import current_user
+
+    app.jinja_env.globals["csrf_token"] = csrf_token  # in place of CSRFProtect's generate_csrf (webui/csrf_token.py)
 
     @app.context_processor
     def _inject() -> dict[str, Any]:

@@ -24,8 +24,16 @@ class StateCache:
     keeps the last good data, flagged with the error.
     """
 
-    def __init__(self, fetch: Callable[[], ClusterState], ttl: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        fetch: Callable[[], ClusterState],
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        fallback: Callable[[], ClusterState | None] | None = None,
+    ):
         self._fetch = fetch
+        # on a failed refresh: the last good state another process fetched, used when newer than this one's own
+        self._fallback = fallback
         self.ttl = ttl
         self._clock = clock
         self._cond = threading.Condition()
@@ -52,6 +60,9 @@ class StateCache:
             new = self._fetch()
         except SlurmError as exc:
             old = self._state or ClusterState()
+            shared = self._fallback() if self._fallback is not None else None
+            if shared is not None and shared.fetched_at > old.fetched_at:
+                old = shared
             new = ClusterState(old.jobs, old.nodes, old.partitions, old.fetched_at, error=str(exc))
         finally:
             with self._cond:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import click
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from flask import Flask
 from flask import current_app
 from sqlalchemy import select
@@ -21,6 +19,11 @@ from webui.models import User
 from webui.models import utcnow
 from webui.security import clear_failures
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (and the SQL dialects it imports: about 10 MB per process) is imported by the commands that use it, never by
+# the portal's gunicorn workers, which only register these commands.
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -33,6 +36,8 @@ def _user_or_fail(username: str) -> User:
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
@@ -40,12 +45,16 @@ def alembic_config() -> Config:
 
 def current_revisions() -> set[str]:
     """The revisions the app's database is at (empty before the first migration; needs an app context)."""
+    from alembic.runtime.migration import MigrationContext
+
     with db.engine.connect() as connection:
         return set(MigrationContext.configure(connection).get_current_heads())
 
 
 def upgrade_database(revision: str = "head") -> bool:
     """Run Alembic migrations on the app's database (needs an app context); True if anything ran."""
+    from alembic import command
+
     cfg = alembic_config()
     before = current_revisions()
     with db.engine.begin() as connection:

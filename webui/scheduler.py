@@ -8,9 +8,13 @@ setting or ``app.extensions["carme_scheduler"]``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import importlib
+import json
+import os
+import threading
 import time
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -67,12 +71,18 @@ class SlurmScheduler:
         probe_timeout: float = 1.0,
         probe_cache_seconds: float = 5.0,
         verify_cache_seconds: float = 60.0,
+        share_file: str | None = None,
     ):
         self.client = client
         self.service_user = service_user
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
-        self.cache = StateCache(self._fetch, cache_seconds)
+        # Each gunicorn worker has its own snapshot; a worker that has not looked for a while would, during a
+        # scheduler outage, know nothing of the sessions started since (and refuse their proxy). Every good fetch is
+        # also written to ``share_file`` (a directory only the portal's user can reach), and a failed refresh falls
+        # back to it when it is newer than the worker's own.
+        self.share_file = share_file
+        self.cache = StateCache(self._fetch, cache_seconds, fallback=self._shared_state if share_file else None)
         # GPU-hours: the month's jobs per account (one slurmdbd query per account and ``quota_cache_seconds``, whatever
         # the number of users), the associations (who is in which account) for longer; both asked as the service user
         self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
@@ -88,12 +98,31 @@ class SlurmScheduler:
         jobs = self.client.jobs(self.service_user)
         nodes = self.client.nodes(self.service_user)
         parts = self.client.partitions(self.service_user)
-        return ClusterState(
-            jobs=tuple(parse_job(j) for j in jobs),
-            nodes=tuple(parse_node(n) for n in nodes),
-            partitions=tuple(parse_partition(p) for p in parts),
-            fetched_at=started,
-        )
+        if self.share_file:
+            self._share({"fetched_at": started, "jobs": jobs, "nodes": nodes, "partitions": parts})
+        return _state_of(jobs, nodes, parts, started)
+
+    def _share(self, raw: dict[str, Any]) -> None:
+        assert self.share_file
+        tmp = f"{self.share_file}.{os.getpid()}.{threading.get_ident()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(raw, out, separators=(",", ":"))
+            os.replace(tmp, self.share_file)  # readers see the old file or the new one, never half of one
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def _shared_state(self) -> ClusterState | None:
+        """The last good state any worker wrote, or None (no file, unreadable, not what a worker writes)."""
+        assert self.share_file
+        try:
+            with open(self.share_file, encoding="utf-8") as f:
+                raw = json.load(f)
+            return _state_of(raw["jobs"], raw["nodes"], raw["partitions"], float(raw["fetched_at"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def state(self, max_age: float | None = None) -> ClusterState:
         return self.cache.get(max_age)
@@ -203,6 +232,15 @@ def job_gpu_hours(job: Mapping[str, Any]) -> float:
     return gpus * elapsed / 3600.0
 
 
+def _state_of(jobs: Sequence[Any], nodes: Sequence[Any], parts: Sequence[Any], fetched_at: float) -> ClusterState:
+    return ClusterState(
+        jobs=tuple(parse_job(j) for j in jobs),
+        nodes=tuple(parse_node(n) for n in nodes),
+        partitions=tuple(parse_partition(p) for p in parts),
+        fetched_at=fetched_at,
+    )
+
+
 def probe_http(endpoint: Endpoint, path: str, headers: Mapping[str, str], timeout: float) -> bool:
     """True when the app answers its readiness path with 2xx/3xx (redirects not followed)."""
     status = launch_probe(endpoint.host, endpoint.port, path, headers, timeout)
@@ -227,4 +265,14 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         probe_timeout=float(config["READINESS_TIMEOUT_SECONDS"]),
         probe_cache_seconds=float(config["READINESS_CACHE_SECONDS"]),
         verify_cache_seconds=float(config.get("PROXY_VERIFY_CACHE_SECONDS", 60.0)),
+        share_file=shared_state_file(config),
     )
+
+
+def shared_state_file(config: Mapping[str, Any]) -> str | None:
+    """``SCHEDULER_STATE_FILE``, else a file in the service's private runtime directory (systemd's
+    ``RuntimeDirectory=``, mode 0700, named in ``$RUNTIME_DIRECTORY``), else none (one process: nothing to share)."""
+    if config.get("SCHEDULER_STATE_FILE"):
+        return str(config["SCHEDULER_STATE_FILE"])
+    runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return os.path.join(runtime_dir, "scheduler-state.json") if runtime_dir else None

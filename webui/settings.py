@@ -82,6 +82,12 @@ SLURM_SERVICE_USER = "carme-portal"
 SLURM_ADMIN_USER = "carme-portal"
 SLURM_FORBIDDEN_USERS = ("root", "slurm")
 SCHEDULER_CACHE_SECONDS = 2.0
+# While one of a user's sessions starts (running, its app not yet ready), the state it is shown from is at most this
+# old (the dashboard asks every STARTING_POLL_SECONDS): Connect appears within about a second of the app being ready.
+# One fetch per worker serves every user, so the scheduler calls grow with workers, not users, and only while a
+# session starts.
+STARTING_STATE_SECONDS = 0.5
+STARTING_POLL_SECONDS = 0.5
 PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not ready re-reads state at most this often
 QUOTA_CACHE_SECONDS = 60.0
 # Who is in which Slurm account (for the GPU-hours, read once for all users as SLURM_SERVICE_USER) is kept this long.

@@ -9,15 +9,14 @@ the diff. tests/integration/test_ssh_adopt.py runs the same templates in a real 
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.golden import assert_golden
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import _ansible_bin
 from tests.roles.harness import ansible_env
@@ -26,7 +25,6 @@ GOLDEN = Path(__file__).parent / "golden" / "example" / "ssh_adopt"
 COMMON_SESSION = Path(__file__).parent / "golden" / "ssh_adopt" / "common-session.in"
 PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_ssh_adopt.yml"
 FILES = ("etc/pam.d/sshd", "etc/pam.d/common-session-slurm-adopt", "etc/security/access-slurm-adopt.conf")
-UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
 ADMINS = {"slurm_ssh_adopt_admin_groups": ["carme-admins"]}
 
 
@@ -47,14 +45,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("name", FILES)
 def test_matches_golden(rendered: Path, name: str) -> None:
-    text = (rendered / name).read_text()
-    golden = GOLDEN / name
-    if UPDATE:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    expected = golden.read_text()
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(golden), "rendered"))
-    assert text == expected, f"{name} differs from the golden file:\n{diff}"
+    assert_golden((rendered / name).read_text(), GOLDEN / name, name)
 
 
 def stack(text: str, kind: str) -> list[str]:

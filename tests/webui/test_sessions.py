@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 from flask import Flask
@@ -266,8 +267,28 @@ def test_a_session_missing_from_a_snapshot_older_than_itself_is_not_ended(
         views = session_views(ClusterState(fetched_at=created - 1.0), [ps], probe=False)
         assert ps.ended_at is None and ps.secret == secret
         assert views[0]["state"] == "UNKNOWN" and "not yet listed" in views[0]["reason"]
-        session_views(ClusterState(fetched_at=created + 1.0), [ps], probe=False)
+        session_views(ClusterState(fetched_at=created + 1.5), [ps], probe=False)
         assert ps.ended_at is not None  # a snapshot taken after it that lacks the job: the session is over
+
+
+def test_a_snapshot_older_than_a_session_stored_in_whole_seconds_does_not_end_it(
+    app: Flask, fake_scheduler: FakeScheduler
+) -> None:
+    """MariaDB's DATETIME drops the fraction of ``created_at``: a snapshot begun 0.1 s before the submission, which
+    is later than the stored (truncated) ``created_at``, must not end the session either (the concurrent-start bench
+    lost 2 of 6 sessions this way: ended, secret wiped, never ready while Slurm ran them)."""
+    from webui.cluster_state import ClusterState
+    from webui.session_service import session_views
+
+    job_id = add_session(app, fake_scheduler, "alice")
+    with app.app_context():
+        ps = db.session.query(PortalSession).filter_by(job_id=job_id).one()
+        submitted = dt.datetime(2026, 11, 24, 21, 30, 7, 900_000, tzinfo=dt.UTC)
+        ps.created_at = submitted.replace(microsecond=0)  # what MariaDB gives back
+        secret = ps.secret
+        views = session_views(ClusterState(fetched_at=submitted.timestamp() - 0.1), [ps], probe=False)
+        assert ps.ended_at is None and ps.secret == secret
+        assert "not yet listed" in views[0]["reason"]
 
 
 def test_a_refresh_invalidated_while_it_ran_is_not_kept() -> None:

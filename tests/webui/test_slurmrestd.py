@@ -8,6 +8,7 @@ until tests/fixtures/hostslurm.py provides the real daemons.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
@@ -333,3 +334,37 @@ def test_dashboard_recovers_when_slurm_comes_back(base_config: dict[str, Any]) -
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_worker_that_has_not_looked_lately_knows_the_sessions_others_saw_during_an_outage(
+    restd: ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    """Two gunicorn workers (two schedulers) share their last good state through a private file: during a scheduler
+    outage, the worker whose own snapshot predates a session still finds its job (the proxy of that session was
+    refused by such a worker while slurmctld was down, seen in the reliability suite)."""
+    share = str(tmp_path / "scheduler-state.json")
+    port = restd.server_address[1]
+    clock = {"t": 0.0}
+
+    def worker() -> SlurmScheduler:
+        sched = SlurmScheduler(
+            client_for(port, tmp_path), service_user="carme-portal", cache_seconds=2, quota_cache_seconds=60,
+            app_dirs=(), share_file=share,
+        )  # fmt: skip
+        sched.cache._clock = lambda: clock["t"]
+        return sched
+
+    idle, busy = worker(), worker()
+    assert idle.state().jobs == ()  # idle looked before the session was started
+    FakeSlurmrestd.jobs = [
+        {"job_id": 41, "user_name": "alice", "job_state": "RUNNING", "partition": "debug", "name": "carme-jupyterlab"}
+    ]
+    assert [j.job_id for j in busy.state().jobs] == [41]
+    assert oct(os.stat(share).st_mode & 0o777) == "0o600"
+    FakeSlurmrestd.status_override = 503  # slurmctld (or slurmrestd) down
+    clock["t"] = 10.0
+    during = idle.state()
+    assert during.error and [j.job_id for j in during.jobs] == [41]
+    Path(share).write_text("{not json")  # a damaged file is ignored: the worker keeps its own last state
+    clock["t"] = 20.0
+    assert [j.job_id for j in idle.state().jobs] == [41] and idle.state().error

@@ -74,8 +74,7 @@ def csrf_token() -> Any:
 def list_sessions() -> Any:
     user = current_user()
     assert user is not None
-    state = session_service.scheduler().state()
-    views = session_service.session_views(state, session_service.my_portal_sessions(user.username))
+    state, views = session_service.my_session_views(user.username)
     return jsonify(sessions=views, scheduler_error=state.error)
 
 

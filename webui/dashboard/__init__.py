@@ -38,8 +38,7 @@ def usage_card(state: ClusterState) -> Markup:
 def index() -> Any:
     user = current_user()
     assert user is not None
-    state = session_service.scheduler().state()
-    sessions = session_service.session_views(state, session_service.my_portal_sessions(user.username))
+    state, sessions = session_service.my_session_views(user.username)
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
     # GPU values (Zabbix) of the nodes my running jobs are on
@@ -56,4 +55,6 @@ def index() -> Any:
         news=session_service.latest_news(),
         health=health,
         my_nodes=my_nodes,
+        watch=any(s["watch"] for s in sessions),
+        poll_ms=int(float(current_app.config.get("STARTING_POLL_SECONDS", 0.5)) * 1000),
     )

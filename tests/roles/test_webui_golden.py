@@ -1,0 +1,70 @@
+"""Golden files: the carme_webui role's systemd units for the demo inventory.
+
+Rendered through real ansible (tests/roles/render_webui.yml, the role's ``render`` tasks) and compared byte for byte
+with tests/roles/golden/demo/carme_webui/. After an intended template change:
+``CARME_UPDATE_GOLDEN=1 pytest tests/roles/test_webui_golden.py``, then review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.golden import assert_golden
+from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import _ansible_bin
+from tests.roles.harness import ansible_env
+
+GOLDEN = Path(__file__).parent / "golden" / "demo" / "carme_webui"
+PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_webui.yml"
+FILES = ("carme-webui.service", "carme-webui.socket")
+
+
+def render(out: Path, variables: Mapping[str, object] | None = None) -> Path:
+    argv = [_ansible_bin("ansible-playbook"), str(PLAYBOOK), "-i", str(REPO_ROOT / "inventories" / "demo")]
+    argv += ["-e", f"out_dir={out}", "-e", "ansible_connection=local", "-e", json.dumps(dict(variables or {}))]
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return render(tmp_path_factory.mktemp("webui_units"))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_matches_golden(rendered: Path, name: str) -> None:
+    assert_golden((rendered / name).read_text(), GOLDEN / name, name)
+
+
+def exec_start(unit: str) -> list[str]:
+    [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    return line.removeprefix("ExecStart=").split()
+
+
+def test_defaults_preload_with_few_malloc_arenas(rendered: Path) -> None:
+    unit = (rendered / "carme-webui.service").read_text()
+    argv = exec_start(unit)
+    assert "--preload" in argv and argv[-1] == "webui.wsgi:app"
+    assert "Environment=MALLOC_ARENA_MAX=2" in unit.splitlines()
+
+
+def test_preload_and_arena_cap_can_be_turned_off(tmp_path: Path) -> None:
+    unit = render(tmp_path, {"carme_webui_preload": False, "carme_webui_malloc_arena_max": 0}) / "carme-webui.service"
+    text = unit.read_text()
+    assert "--preload" not in exec_start(text)
+    assert "MALLOC_ARENA_MAX" not in text
+    assert exec_start(text)[:7] == [
+        "/opt/carme/webui-venv/bin/gunicorn",
+        "--workers",
+        "2",
+        "--threads",
+        "16",
+        "--worker-class",
+        "gthread",
+    ]
