@@ -117,6 +117,7 @@ from tests.fixtures.demo import on_head  # noqa: E402
 from tests.fixtures.demo import run  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
+from bench_start import close_child  # noqa: E402
 from bench_start import summary  # noqa: E402  (the same median / nearest-rank p90 as Carme's start bench)
 
 JUPYTERHUB = "6.1.1"
@@ -543,14 +544,7 @@ class Driver:
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             self._send({"op": "quit"})
             seen = self._answer(10)
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        close_child(self.proc)
         return seen
 
 

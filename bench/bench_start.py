@@ -388,14 +388,7 @@ class Watcher:
         return time.monotonic() - t0
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        close_child(self.proc)
 
 
 def rel(t: float | None, t0: float) -> float | None:
@@ -423,6 +416,18 @@ def slurm_seconds(seen: dict[str, Any], t0: float) -> dict[str, Any]:
         # squeue's reasons while the job pended (None/empty ones are not recorded): why it waited, if it did
         "pending_reasons": sorted(set(seen.get("pending_reasons", []))),
     }
+
+
+def close_child(proc: subprocess.Popen[str]) -> None:
+    """End a helper started with a stdin pipe (``podman exec -i``): close its stdin, wait 10 s, then kill it."""
+    with contextlib.suppress(OSError, ValueError):
+        assert proc.stdin is not None
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --- the floor ---------------------------------------------------------------------------------

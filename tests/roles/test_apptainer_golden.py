@@ -7,20 +7,18 @@ tests/roles/golden/example/apptainer.conf. After an intended template change, re
 
 from __future__ import annotations
 
-import difflib
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.golden import assert_golden
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import _ansible_bin
 from tests.roles.harness import ansible_env
 
 GOLDEN = Path(__file__).parent / "golden" / "example" / "apptainer.conf"
 PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_apptainer.yml"
-UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
 
 
 def render(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -38,12 +36,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_apptainer_conf_matches_golden(rendered: str) -> None:
-    if UPDATE:
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(rendered)
-    expected = GOLDEN.read_text()
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), rendered.splitlines(True), str(GOLDEN), "rendered"))
-    assert rendered == expected, f"apptainer.conf differs from the golden file:\n{diff}"
+    assert_golden(rendered, GOLDEN, "apptainer.conf")
 
 
 def settings(text: str) -> dict[str, list[str]]:

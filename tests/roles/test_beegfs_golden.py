@@ -6,18 +6,16 @@ with tests/roles/golden/example/beegfs/<host>/. Regenerate after an intended cha
 
 from __future__ import annotations
 
-import difflib
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.golden import assert_golden
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import RenderResult
 from tests.roles.harness import render
 
 GOLDEN = Path(__file__).parent / "golden" / "example" / "beegfs"
-UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
 TEST_SECRET = "test-beegfs-connauth-" + "0" * 32
 
 #: What the example inventory must render: management on head01, metadata and storage on storage01/02, the client.
@@ -54,15 +52,7 @@ def test_rendered_set_is_the_expected_one(rendered: RenderResult) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_rendered_file_matches_golden(rendered: RenderResult, name: str) -> None:
-    actual = rendered.text(name)
-    golden = GOLDEN / name
-    if UPDATE:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(actual)
-    assert golden.exists(), f"{golden} is missing; run with CARME_UPDATE_GOLDEN=1 to create it"
-    expected = golden.read_text()
-    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(golden), "rendered"))
-    assert actual == expected, f"{name} differs from the golden file:\n{diff}"
+    assert_golden(rendered.text(name), GOLDEN / name, name)
 
 
 def test_no_stale_golden_files() -> None:

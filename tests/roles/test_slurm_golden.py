@@ -7,12 +7,11 @@ byte with tests/roles/golden/<inventory>/. After an intended template change, re
 
 from __future__ import annotations
 
-import difflib
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.golden import assert_golden
 from tests.roles.harness import CONFIG_FILES
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import RenderResult
@@ -20,7 +19,6 @@ from tests.roles.harness import render
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 INVENTORIES = ("demo", "example")
-UPDATE = os.environ.get("CARME_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(scope="module", params=INVENTORIES)
@@ -33,19 +31,7 @@ def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 @pytest.mark.parametrize("filename", CONFIG_FILES)
 def test_rendered_file_matches_golden(rendered: tuple[str, RenderResult], filename: str) -> None:
     inventory, result = rendered
-    actual = result.text(filename)
-    golden = GOLDEN_DIR / inventory / filename
-    if UPDATE:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(actual)
-    assert golden.exists(), f"{golden} is missing; run with CARME_UPDATE_GOLDEN=1 to create it"
-    expected = golden.read_text()
-    diff = "".join(
-        difflib.unified_diff(
-            expected.splitlines(keepends=True), actual.splitlines(keepends=True), str(golden), "rendered"
-        )
-    )
-    assert actual.encode() == expected.encode(), f"{inventory}/{filename} differs from the golden file:\n{diff}"
+    assert_golden(result.text(filename), GOLDEN_DIR / inventory / filename, f"{inventory}/{filename}")
 
 
 def test_rendered_files_have_no_timestamp_or_real_secret(rendered: tuple[str, RenderResult]) -> None:

@@ -58,25 +58,14 @@ print(rcs[0], rcs[1], *sorted(set(sys.modules) - before))
 """
 
 
-def _hooks_imports(tmp_path: Path) -> tuple[list[int], set[str]]:
+def _hooks_imports(tmp_path: Path, hook_env: dict[str, str]) -> tuple[list[int], set[str]]:
     devices = tmp_path / "cgroup" / "devices" / "slurm" / "uid_59999" / "job_41"
     devices.mkdir(parents=True)
     (devices / "devices.list").write_text("c 195:0 rw\nc 195:255 rw\nc 1:3 rwm\n")
     (tmp_path / "scratch" / "41" / "data").mkdir(parents=True)
     (tmp_path / "scratch" / "41" / "data" / "f").write_text("x")
-    env = {
-        "SLURM_JOB_ID": "41",
-        "SLURM_JOB_COMMENT": "carme:v1;state=starting",
-        "SLURM_JOB_USER": "alice",
-        "SLURM_JOB_UID": "59999",  # no process of this uid: the epilog does not ask squeue (the usual case)
-        "SLURM_JOB_GPUS": "0",
-        "CUDA_VISIBLE_DEVICES": "0",
-        "SLURMD_NODENAME": "vm",
-        "CARME_CONFIG": str(tmp_path / "no-config.json"),
-        "CARME_LOG_DIR": str(tmp_path / "log"),
-        "CARME_SCRATCH_ROOT": str(tmp_path / "scratch"),
-        "CARME_CGROUP_ROOT": str(tmp_path / "cgroup"),
-    }
+    # no process of this uid: the epilog does not ask squeue (the usual case)
+    env = {**hook_env, "SLURM_JOB_UID": "59999", "SLURM_JOB_COMMENT": "carme:v1;state=starting"}
     proc = subprocess.run(
         [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r})\n{_PROBE}"],
         env=env,
@@ -93,8 +82,8 @@ def _hooks_imports(tmp_path: Path) -> tuple[list[int], set[str]]:
     return [int(words[0]), int(words[1])], set(words[2:])
 
 
-def test_normal_prolog_and_epilog_import_nothing_heavy(tmp_path: Path) -> None:
-    rcs, imported = _hooks_imports(tmp_path)
+def test_normal_prolog_and_epilog_import_nothing_heavy(tmp_path: Path, hook_env: dict[str, str]) -> None:
+    rcs, imported = _hooks_imports(tmp_path, hook_env)
     assert rcs == [0, 0]
     assert imported & HEAVY == set()
     assert {"carme_runtime.hooks", "carme_runtime.gpu", "carme_runtime.config"} <= imported  # the hooks did run
