@@ -263,10 +263,7 @@ def register_commands(app: Flask) -> None:
 
 
 def register_template_helpers(app: Flask) -> None:
-    from webui.csrf_token import csrf_token
     from webui.security import current_user
-
-    app.jinja_env.globals["csrf_token"] = csrf_token  # in place of CSRFProtect's generate_csrf (webui/csrf_token.py)
 
     @app.context_processor
     def _inject() -> dict[str, Any]:
