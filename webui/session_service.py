@@ -330,14 +330,15 @@ def _lost_nodes(state: ClusterState, job: Job) -> list[str]:
     )
 
 
-def _reason(job: Job, state: ClusterState | None = None) -> str:
+def _reason(job: Job, lost: list[str]) -> str:
     """Why a session waits (Slurm's pending reason), why its launcher gave up (the job comment), or that its node
-    is lost (a running job on a node that stopped answering: Slurm ends it after SlurmdTimeout, never requeued)."""
+    is lost (``lost``: a running job's nodes that stopped answering; Slurm ends it after SlurmdTimeout, never
+    requeued)."""
     if job.state == "PENDING":
         return pending_reasons.explain(job.reason)
     if job.state == "NODE_FAIL":
         return "its node failed; Slurm ended the session (it is not started again by itself)"
-    if job.state == "RUNNING" and state is not None and (lost := _lost_nodes(state, job)):
+    if lost:
         return (
             f"its node {', '.join(lost)} is not responding; the session ends if the node does not come back "
             "(it is not started again by itself)"
@@ -631,13 +632,14 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 continue
         ready = False
         spec = app_spec(ps.app)
-        if job.state == "RUNNING" and spec is not None and not _lost_nodes(state, job):
+        lost = _lost_nodes(state, job) if job.state == "RUNNING" else []
+        if job.state == "RUNNING" and spec is not None and not lost:
             ep = _valid_endpoint(state, job)
             ready = ep is not None and (not probe or _endpoint_ready(ep, ps.job_id, ps.secret, spec))
         young = now - ps.created_at.timestamp() < STARTING_WINDOW_SECONDS
         # running, its app not yet ready: shown from fresh state; pending: the dashboard watches for it to run
         starting = (
-            young and not ready and job.state == "RUNNING" and not _lost_nodes(state, job) and not _launch_failed(job)
+            young and not ready and job.state == "RUNNING" and not lost and not _launch_failed(job)
         )
         out.append(
             {
@@ -648,7 +650,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "gpus": ps.gpus,
                 "partition": ps.partition,
                 "state": job.state,
-                "reason": _reason(job, state),
+                "reason": _reason(job, lost),
                 "slurm_reason": job.reason if job.state == "PENDING" else "",
                 "seconds_left": job.seconds_left(now),
                 "reservation": ps.reservation,
