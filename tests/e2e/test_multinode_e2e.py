@@ -8,8 +8,10 @@ an MPI hello world with ``mpicc``, runs it with ``srun --mpi=pmix`` over the ses
 system Python, one process per node, ``init_method="env://"`` meeting at the session's own ``MASTER_ADDR`` and
 ``MASTER_PORT`` (rank = ``SLURM_PROCID``, world = ``WORLD_SIZE``). The test then reads its ``results.json``: both
 node names from MPI, the torch all-reduce sum over both nodes (1 + 2) and the node of each rank, and the rendezvous
-variables pointing at the first node. Before that, the portal refuses 3 nodes with a 400 naming ``nodes``, and the
-interactive QOS carries the same limit for every submission (MaxTRESPerJob=node=2).
+variables pointing at the first node; then the same program started by Open MPI's ``mpirun`` (its daemons launched
+by Slurm inside the allocation) and the same all-reduce started by ``torchrun`` (one agent per node, c10d rendezvous
+at the session's ``MASTER_ADDR:MASTER_PORT``), each over both nodes. Before that, the portal refuses 3 nodes with a
+400 naming ``nodes``, and the interactive QOS carries the same limit for every submission (MaxTRESPerJob=node=2).
 
 Needs the demo deployed with the slurm role's PMIx/Open MPI packages on the nodes and MpiDefault=pmix, and Debian's
 ``python3-torch`` (1.13, CPU) on the compute nodes (``carme_runtime_node_apt_packages`` in inventories/demo; site.yml).
@@ -46,7 +48,7 @@ from tests.fixtures.demo import run
 pytestmark = pytest.mark.e2e
 
 CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
-CHECK_TIMEOUT_S = 600.0  # mpicc plus two srun steps (one imports torch), on two small nodes
+CHECK_TIMEOUT_S = 900.0  # mpicc plus four steps (two import torch), on two small nodes
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
 FILES = ("session_check.py", "mpi_hello.c", "torch_allreduce_check.py")
 NODES = 2
@@ -221,3 +223,20 @@ def test_mpi_hello_and_the_rendezvous_over_both_nodes_from_the_notebook(portal: 
     assert torch["sum"] == 3 and torch["world_size"] == NODES and torch["backend"] == "gloo", torch
     assert len(torch["nodes"]) == NODES and set(torch["nodes"]) == hostnames, (torch, hostnames)
     assert torch["nodes"][0] == first, torch  # rank 0 (SLURM_PROCID 0) runs on the first node, at MASTER_ADDR
+    assert torch["launcher"] == "srun", torch
+    # mpirun: Open MPI started its daemons through Slurm inside the allocation (no ssh on the demo nodes), one rank
+    # on each node, and the ranks all-reduced
+    by_mpirun = re.findall(r"mpi-hello rank=(\d+) size=(\d+) node=(\S+) sum=(\d+)", steps["mpirun"]["stdout"])
+    assert sorted(r for r, _, _, _ in by_mpirun) == ["0", "1"], steps["mpirun"]
+    assert {(size, s) for _, size, _, s in by_mpirun} == {(str(NODES), "3")}, by_mpirun
+    assert {node for _, _, node, _ in by_mpirun} == hostnames, (by_mpirun, hostnames)
+    # torchrun: one agent per node (srun), met at the session's MASTER_ADDR:MASTER_PORT (c10d); its workers got
+    # RANK/WORLD_SIZE and their own master from torchrun, and all-reduced over both nodes
+    elastic = re.findall(pattern, steps["torchrun"]["stdout"])
+    assert sorted(r for r, _, _, _, _ in elastic) == ["0", "1"], steps["torchrun"]
+    assert {(size, s) for _, size, _, _, s in elastic} == {(str(NODES), "3")}, elastic
+    assert {node for _, _, node, _, _ in elastic} == hostnames, elastic
+    run_by_torchrun = results["torchrun"]
+    assert run_by_torchrun is not None, f"rank 0 wrote no torchrun_allreduce.json: {steps['torchrun']}"
+    assert run_by_torchrun["launcher"] == "torchrun" and run_by_torchrun["sum"] == 3, run_by_torchrun
+    assert set(run_by_torchrun["nodes"]) == hostnames and run_by_torchrun["backend"] == "gloo", run_by_torchrun
