@@ -54,3 +54,14 @@ def test_example_node_lines_are_one_per_group(rendered: tuple[str, RenderResult]
     assert "Gres=gpu:a100:8" in node_lines[0] and "Gres=gpu:t4:4" in node_lines[2]
     assert "PartitionName=interactive Nodes=gpu_t4 Default=YES" in result.text("slurm.conf")
     assert "QOS=interactive" in result.text("slurm.conf")
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [([], None), (["batch_sched_delay=2", "bf_interval=10"], "SchedulerParameters=batch_sched_delay=2,bf_interval=10")],
+)
+def test_scheduler_parameters_are_the_sites_to_change(tmp_path: Path, value: list[str], line: str | None) -> None:
+    """``slurm_scheduler_parameters: []`` gives Slurm's own defaults back (no key at all); a list is joined."""
+    result = render(REPO_ROOT / "inventories" / "demo", tmp_path, {"slurm_scheduler_parameters": value}).check()
+    found = [x for x in result.text("slurm.conf").splitlines() if x.startswith("SchedulerParameters=")]
+    assert found == ([line] if line else []), found
