@@ -41,16 +41,16 @@ on the head's loopback; the hub's database, cookie secret and pid files live in 
 ``SharedPasswordAuthenticator`` with a password made up for the run, only alice allowed; the bench itself uses an
 API token of a service with the ``admin:users``, ``admin:servers`` and ``admin:server_state`` scopes.
 
-**hub run** (inside the head, by one driver process that stays up for the whole bench, stdlib Python): ``POST
-/hub/api/users/alice/server`` with the service token (what the Start button of JupyterHub's home page does; the hub
-answers 201 once the server is up and routed, or 202 after its ``slow_spawn_timeout``), then, as alice's browser
-would, ``GET /user/alice/lab`` through the proxy every 0.1 s with the cookies of alice's hub login (done once before
-the runs, through the login form). While the server is not up, the proxy hands the request to the hub, which
-redirects to its spawn-pending page: the poll stops there (no page render each time) and tries again. Once it is
-up, the poll follows JupyterHub's own OAuth redirects as a browser does (``/user/alice/lab`` -> ``/hub/api/oauth2/
-authorize`` -> ``/user/alice/oauth_callback`` -> ``/user/alice/lab``) until ``/user/alice/lab`` itself answers
-200. The server is then stopped with ``DELETE /hub/api/users/alice/server`` and the bench waits until the hub has
-no server for alice and her job is gone from squeue.
+**hub run** (inside the head, by one driver process that stays up for the whole bench, in the head's carme_runtime
+venv): ``POST /hub/api/users/alice/server`` with the service token (what the Start button of JupyterHub's home page
+does; the hub answers 201 once the server is up and routed, or 202 after its ``slow_spawn_timeout``), then, as alice's
+browser would, ``GET /user/alice/lab`` through the proxy every 0.1 s with the cookies of alice's hub login (done once
+before the runs, through the login form). While the server is not up, the proxy hands the request to the hub, which
+redirects to its spawn-pending page: the poll stops there (no page render each time) and tries again. Once it is up,
+the poll follows JupyterHub's own OAuth redirects as a browser does (``/user/alice/lab`` -> ``/hub/api/oauth2/
+authorize`` -> ``/user/alice/oauth_callback`` -> ``/user/alice/lab``) until ``/user/alice/lab`` itself answers 200.
+The server is then stopped with ``DELETE /hub/api/users/alice/server`` and the bench waits until the hub has no server
+for alice and her job is gone from squeue.
 
 **floor**: the same request without the hub: as alice (``runuser``), ``sbatch`` of a two-line script that execs the
 app environment's ``jupyter-lab`` on a random port with a random token (``JUPYTER_TOKEN`` in the job environment,
@@ -117,6 +117,7 @@ from tests.fixtures.demo import on_head  # noqa: E402
 from tests.fixtures.demo import run  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
+from bench_start import HEAD_PYTHON  # noqa: E402
 from bench_start import close_child  # noqa: E402
 from bench_start import summary  # noqa: E402  (the same median / nearest-rank p90 as Carme's start bench)
 
@@ -207,11 +208,13 @@ print(json.dumps({"python": platform.python_version(), "prefix": sys.prefix, **{
 EOF
 """
 
-# The driver, inside the head for the whole bench: squeue every 0.1 s, the hub's and the floor's runs, timed there.
+# The driver, inside the head for the whole bench (carme_runtime's venv, for the floor's probe: the launcher's own
+# launch.probe_http): squeue every 0.1 s, the hub's and the floor's runs, timed there.
 # The first stdin line is its configuration; then one JSON command a line, one JSON answer a line on stdout.
 DRIVER = r"""
 import datetime, glob, http.client, http.cookiejar, json, os, random, re, secrets, subprocess, sys, threading, time
 import urllib.error, urllib.parse, urllib.request
+from carme_runtime.launch import probe_http
 cfg = json.loads(sys.stdin.readline())
 PUBLIC, TOKEN, USER, PASSWORD = cfg["public"], cfg["token"], cfg["user"], cfg["password"]
 POLL_S, RUN_TIMEOUT_S, HUB_LOG, HOME = cfg["poll_s"], cfg["run_timeout_s"], cfg["hub_log"], cfg["home"]
@@ -424,18 +427,6 @@ def tail(path, lines=15):
     except OSError as exc:
         return [str(exc)]
 
-def get_direct(host, port, path, token):
-    conn = http.client.HTTPConnection(host, port, timeout=2)
-    try:
-        conn.request("GET", path, headers={"Authorization": "token " + token})
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
-
 def floor_run(spec, check):
     token, port = secrets.token_hex(24), random.randint(30000, 59999)
     env = {"PATH": spec["path"], "HOME": HOME, "USER": USER, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
@@ -453,7 +444,7 @@ def floor_run(spec, check):
     try:
         node = wait_job(job, "node", t0 + RUN_TIMEOUT_S - time.time())
         while node and time.time() < t0 + RUN_TIMEOUT_S:
-            last = get_direct(node, port, "/lab", token)
+            last = probe_http(node, port, "/lab", {"Authorization": "token " + token}, 2)
             if last == 200:
                 t_200 = time.time()
                 break
@@ -505,7 +496,7 @@ class Driver:
     """The head-side DRIVER: one JSON command in, one JSON answer out."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        argv = ["podman", "exec", "-i", HEAD, "/usr/bin/python3", "-u", "-c", DRIVER]
+        argv = ["podman", "exec", "-i", HEAD, HEAD_PYTHON, "-u", "-c", DRIVER]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

@@ -131,8 +131,9 @@ HEAD_PYTHON = "/opt/carme/venv/bin/python3"  # carme_runtime's venv on the head 
 # Inside the head, for the whole bench: squeue, the launchers' connection files, each new front probed directly.
 # One JSON line per event on stdout; ends at EOF on stdin (the bench closes it) or after its lifetime.
 WATCH_SCRIPT = r"""
-import glob, http.client, json, os, subprocess, sys, threading, time
+import glob, json, os, subprocess, sys, threading, time
 from carme_runtime.front import front_headers
+from carme_runtime.launch import probe_http
 LIFETIME, SQUEUE_S, FILE_S, PROBE_S, PROBE_FOR = (float(a) for a in sys.argv[1:6])
 out_lock = threading.Lock()
 def emit(**ev):
@@ -182,24 +183,13 @@ def squeue_loop():
             emit(ev="queue", ts=ts, n=len(now))
         known, first = now, False
         time.sleep(SQUEUE_S)
-def get(host, port, path, headers):
-    conn = http.client.HTTPConnection(host, port, timeout=2)
-    try:
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
 def probe(info):
     job, secret, base = int(info["job_id"]), info["secret"], info["base_url"]
     headers = {**front_headers(secret, job), "Authorization": "token " + secret}
     deadline = time.time() + PROBE_FOR
     stage, path, code = "listening", base + "api/status", None
     while time.time() < deadline:
-        code = get(info["host"], int(info["port"]), path, headers)
+        code = probe_http(info["host"], int(info["port"]), path, headers, 2)
         if code is not None and 200 <= code < 400 and stage == "listening":
             emit(ev="listening", job=job, code=code)
             stage, path = "direct_200", base + "lab"
