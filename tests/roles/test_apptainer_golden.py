@@ -7,32 +7,27 @@ tests/roles/golden/example/apptainer.conf. After an intended template change, re
 
 from __future__ import annotations
 
-import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.golden import assert_golden
 from tests.roles.harness import REPO_ROOT
-from tests.roles.harness import _ansible_bin
-from tests.roles.harness import ansible_env
+from tests.roles.harness import render
 
 GOLDEN = Path(__file__).parent / "golden" / "example" / "apptainer.conf"
 PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_apptainer.yml"
 
 
-def render(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [_ansible_bin("ansible-playbook"), str(PLAYBOOK), "-i", str(REPO_ROOT / "inventories" / "example")]
-    argv += ["-e", f"out_dir={out}", "-e", "ansible_connection=local", *extra]
-    return subprocess.run(argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300)
+def render_conf(out: Path, variables: Mapping[str, object] | None = None) -> str:
+    result = render(REPO_ROOT / "inventories" / "example", out, variables, playbook=PLAYBOOK)
+    return result.check().text("apptainer.conf")
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("apptainer")
-    proc = render(out)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return (out / "apptainer.conf").read_text()
+    return render_conf(tmp_path_factory.mktemp("apptainer"))
 
 
 def test_apptainer_conf_matches_golden(rendered: str) -> None:
@@ -60,6 +55,4 @@ def test_unprivileged_by_default_with_inventory_binds_and_image_dirs(rendered: s
 
 
 def test_setuid_only_when_asked(tmp_path: Path) -> None:
-    proc = render(tmp_path, "-e", '{"apptainer_setuid": true}')
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert settings((tmp_path / "apptainer.conf").read_text())["allow setuid"] == ["yes"]
+    assert settings(render_conf(tmp_path, {"apptainer_setuid": True}))["allow setuid"] == ["yes"]

@@ -7,8 +7,6 @@ with tests/roles/golden/demo/carme_webui/. After an intended template change:
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,25 +14,20 @@ import pytest
 
 from tests.fixtures.golden import assert_golden
 from tests.roles.harness import REPO_ROOT
-from tests.roles.harness import _ansible_bin
-from tests.roles.harness import ansible_env
+from tests.roles.harness import render
 
 GOLDEN = Path(__file__).parent / "golden" / "demo" / "carme_webui"
 PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_webui.yml"
 FILES = ("carme-webui.service", "carme-webui.socket")
 
 
-def render(out: Path, variables: Mapping[str, object] | None = None) -> Path:
-    argv = [_ansible_bin("ansible-playbook"), str(PLAYBOOK), "-i", str(REPO_ROOT / "inventories" / "demo")]
-    argv += ["-e", f"out_dir={out}", "-e", "ansible_connection=local", "-e", json.dumps(dict(variables or {}))]
-    proc = subprocess.run(argv, cwd=REPO_ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return out
+def render_units(out: Path, variables: Mapping[str, object] | None = None) -> Path:
+    return render(REPO_ROOT / "inventories" / "demo", out, variables, playbook=PLAYBOOK).check().out_dir
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return render(tmp_path_factory.mktemp("webui_units"))
+    return render_units(tmp_path_factory.mktemp("webui_units"))
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -55,8 +48,8 @@ def test_defaults_preload_with_few_malloc_arenas(rendered: Path) -> None:
 
 
 def test_preload_and_arena_cap_can_be_turned_off(tmp_path: Path) -> None:
-    unit = render(tmp_path, {"carme_webui_preload": False, "carme_webui_malloc_arena_max": 0}) / "carme-webui.service"
-    text = unit.read_text()
+    off = {"carme_webui_preload": False, "carme_webui_malloc_arena_max": 0}
+    text = (render_units(tmp_path, off) / "carme-webui.service").read_text()
     assert "--preload" not in exec_start(text)
     assert "MALLOC_ARENA_MAX" not in text
     assert exec_start(text)[:7] == [
