@@ -243,7 +243,7 @@ def cpu_seconds(root: int) -> float:
 
 def http_get(port: int, cookie: str) -> bytes:
     return (
-        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: carme_session={cookie}\r\n"
+        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: __Host-carme_session={cookie}\r\n"
         "Accept: text/html\r\nConnection: keep-alive\r\n\r\n"
     ).encode()
 
@@ -292,7 +292,7 @@ async def user_loop(
             await writer.drain()
             head = await reader.readuntil(b"\r\n\r\n")
             for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"set-cookie: carme_session="):  # keep the new cookie, as a browser
+                if line.lower().startswith(b"set-cookie: __host-carme_session="):  # keep the new cookie, as a browser
                     request = http_get(port, line.split(b"=", 1)[1].split(b";", 1)[0].decode())
             body = await read_body(reader, head)
             elapsed = time.monotonic() - t0
@@ -866,7 +866,7 @@ FLOOR_SCRIPT = r"""
 set -eu
 S=/run/carme-webui/gunicorn.sock
 get() { curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --unix-socket $S -H "Host: 127.0.0.1:8443" \
-        -H "X-Forwarded-Proto: https" -H "X-Forwarded-For: 127.0.0.1" -H "Cookie: carme_session=$CARME_COOKIE" \
+        -H "X-Forwarded-Proto: https" -H "X-Forwarded-For: 127.0.0.1" -H "Cookie: __Host-carme_session=$CARME_COOKIE" \
         http://127.0.0.1/; }
 for i in $(seq 20); do echo "warm $(get)"; done
 for i in $(seq 5); do sleep 2.5; echo "cold $(get)"; done

@@ -104,7 +104,6 @@ from carme_runtime.sessions import JOB_SCRIPT  # noqa: E402
 from carme_runtime.sessions import SessionRequest  # noqa: E402
 from carme_runtime.sessions import build_job_environment  # noqa: E402
 from carme_runtime.sessions import build_sbatch_argv  # noqa: E402
-from tests.fixtures.demo import APPS  # noqa: E402
 from tests.fixtures.demo import BASE  # noqa: E402
 from tests.fixtures.demo import CHROMIUM  # noqa: E402
 from tests.fixtures.demo import CHROMIUM_ARGS  # noqa: E402
@@ -112,6 +111,7 @@ from tests.fixtures.demo import HEAD  # noqa: E402
 from tests.fixtures.demo import NODE_PREFIX  # noqa: E402
 from tests.fixtures.demo import Demo  # noqa: E402
 from tests.fixtures.demo import Steps  # noqa: E402
+from tests.fixtures.demo import apps_origin  # noqa: E402
 from tests.fixtures.demo import csrf_headers  # noqa: E402
 from tests.fixtures.demo import goto_again_if_the_network_changed  # noqa: E402
 from tests.fixtures.demo import login  # noqa: E402
@@ -556,10 +556,10 @@ def ready_then_200(
             connects += 1
             status, where, _ = get(f"{BASE}/sessions/{job_id}/connect", False)
             last = status
-            if status == 302 and where.startswith(f"{APPS}/"):
+            if status == 302 and where.startswith(f"{apps_origin(job_id)}/"):
                 status, _, url = get(where, True)
                 last = status
-                if status == 200 and url.startswith(f"{APPS}/proxy/{job_id}/"):
+                if status == 200 and url.startswith(f"{apps_origin(job_id)}/proxy/{job_id}/"):
                     t_200 = time.time()
                     break
         time.sleep(POLL_S)
@@ -669,10 +669,10 @@ async def concurrent_starts(states: dict[str, Any], plan: list[str], watch: Watc
                         else:
                             conn = await api.get(f"{BASE}/sessions/{job_id}/connect", max_redirects=0)
                             last, where = conn.status, conn.headers.get("location", "")
-                            if last == 302 and where.startswith(f"{APPS}/"):
+                            if last == 302 and where.startswith(f"{apps_origin(job_id)}/"):
                                 final = await api.get(where)
                                 last = final.status
-                                if last == 200 and final.url.startswith(f"{APPS}/proxy/{job_id}/"):
+                                if last == 200 and final.url.startswith(f"{apps_origin(job_id)}/proxy/{job_id}/"):
                                     t_200 = time.time()
                                     break
                         await asyncio.sleep(POLL_S)

@@ -15,7 +15,7 @@ programs=(
   /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/sbin/slurmrestd /usr/bin/sbatch
   /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so /usr/lib/x86_64-linux-gnu/slurm-wlm/accounting_storage_mysql.so
   /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/sbin/slapd /usr/bin/ldapsearch /usr/sbin/slappasswd
-  /usr/sbin/sshd
+  /usr/sbin/sshd /usr/lib/x86_64-linux-gnu/libnss_myhostname.so.2
 )
 
 # What apt would install on a pristine Debian 12 host (the "required" packages and their dependencies, as in

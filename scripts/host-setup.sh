@@ -78,3 +78,10 @@ if [ -n "$before" ] && [ "$before" != netavark ]; then
       "then \`make demo\` (the name check after creating the nodes says so too); Molecule recreates its instances."
   fi
 fi
+
+# The demo's sessions each have a host name under *.apps.localhost (webui/app_origin.py). Browsers resolve *.localhost
+# to the loopback address themselves; nss-myhostname does it for every other program on this host (the tests' HTTP
+# clients), once it is named in nsswitch.conf's hosts line.
+if ! grep -qE '^hosts:.*[[:space:]]myhostname([[:space:]]|$)' /etc/nsswitch.conf; then
+  sed -i -E 's/^(hosts:[[:space:]]+files)/\1 myhostname/' /etc/nsswitch.conf
+fi

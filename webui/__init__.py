@@ -24,6 +24,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from webui.app_origin import browser_may_send
+from webui.app_origin import check_apps_origin
 from webui.extensions import csrf
 from webui.extensions import db
 from webui.ldapauth import check_config as check_ldap_config
@@ -72,6 +74,10 @@ def check_config(app: Flask) -> None:
             "(roles/carme_webui renders it from the vault)."
         )
     check_ldap_config(app.config)
+    try:
+        check_apps_origin(str(app.config.get("APPS_ORIGIN") or ""))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 # --- forking servers (gunicorn --preload) -----------------------------------------------------------------------
@@ -162,11 +168,7 @@ def register_fetch_metadata_policy(app: Flask) -> None:
             # origin (the apps' origin: a user's own app), may only navigate to the portal, never call it. The
             # endpoints nginx reaches for the apps' origin are exempt; clients that send no such header (curl,
             # monitoring) are not browsers, and CSRF tokens still hold for them.
-            site = request.headers.get("Sec-Fetch-Site", "")
-            if site in ("", "same-origin", "none") or request.endpoint in _FETCH_METADATA_EXEMPT:
-                return None
-            navigate = request.headers.get("Sec-Fetch-Mode") == "navigate" and request.method in ("GET", "HEAD")
-            if navigate and request.headers.get("Sec-Fetch-Dest", "document") == "document":
+            if request.endpoint in _FETCH_METADATA_EXEMPT or browser_may_send(request.method, request.headers):
                 return None
             message = "Cross-site request refused: the portal answers only its own pages."
             if _wants_json():

@@ -11,7 +11,8 @@ from datetime import timedelta
 
 # --- Flask core -------------------------------------------------------------
 # SECRET_KEY has no default on purpose: create_app() refuses to start without it.
-SESSION_COOKIE_NAME = "carme_session"
+# A __Host- cookie: host-only, Path=/, Secure, so no other host (a session's app on a sibling domain) can set it.
+SESSION_COOKIE_NAME = "__Host-carme_session"
 SESSION_COOKIE_SECURE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
@@ -119,8 +120,9 @@ PROXY_ADMIN_ACCESS = False
 PROXY_PORT_RANGE = (32768, 60999)  # ports the portal challenges and proxies to (carme_runtime.front.PORT_RANGE)
 PROXY_VERIFY_CACHE_SECONDS = 60.0  # how long a front's proof is reused
 PROXY_AUTH_CACHE_SECONDS = 300.0  # database down: a grant confirmed this long ago still authorises; 0 = never
-# The apps' own origin (webui/app_origin.py): "https://host:port" or "https://apps.example.org", served by nginx's
-# apps server block. Empty: apps under /proxy/ on the portal's origin, where a script in an app can call the portal
+# An origin per session (webui/app_origin.py): a wildcard origin "https://*.apps.example.org[:port]", served by
+# nginx's apps server block with a wildcard certificate; session J lives at https://J-<tag>.apps.example.org. Empty:
+# apps under /proxy/ on the portal's origin, where a script in an app can call the portal and every other session
 # (development only; the carme_webui role always sets it). PORTAL_URL: where the apps' origin sends a browser back.
 APPS_ORIGIN = ""
 PORTAL_URL = ""

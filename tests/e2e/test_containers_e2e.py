@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
+from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -90,7 +90,7 @@ def test_a_cell_runs_inside_the_image_as_alice(session: AliceSession) -> None:
         page.click(f"tr[data-job='{session.job_id}'] a.connect")
     lab = new_page.value
     lab.wait_for_load_state()
-    assert lab.url.startswith(f"{APPS}/proxy/{session.job_id}/"), lab.url
+    assert lab.url.startswith(f"{apps_origin(session.job_id)}/proxy/{session.job_id}/"), lab.url
     response = lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
     assert response is not None and response.status == 200
     lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)

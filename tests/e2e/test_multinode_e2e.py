@@ -33,12 +33,12 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from carme_runtime.hostlist import expand_hostlist
-from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
+from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -170,7 +170,7 @@ def test_mpi_hello_and_the_rendezvous_over_both_nodes_from_the_notebook(portal: 
         page.click(f"tr[data-job='{portal.job_id}'] a.connect")
     lab = new_page.value
     lab.wait_for_load_state()
-    assert lab.url.startswith(f"{APPS}/proxy/{portal.job_id}/"), lab.url
+    assert lab.url.startswith(f"{apps_origin(portal.job_id)}/proxy/{portal.job_id}/"), lab.url
     lab.wait_for_selector(".jp-LabShell", timeout=60_000)
     lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
     lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
+from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -82,7 +82,9 @@ def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: AliceSession
         page.click(f"tr[data-job='{portal.job_id}'] a.connect")
     lab = new_page.value
     lab.wait_for_load_state()
-    assert lab.url.startswith(f"{APPS}/proxy/{portal.job_id}/"), lab.url  # the apps' own origin, not the portal's
+    assert lab.url.startswith(f"{apps_origin(portal.job_id)}/proxy/{portal.job_id}/"), (
+        lab.url
+    )  # the apps' own origin, not the portal's
     lab.wait_for_selector(".jp-LabShell", timeout=60_000)
     # JupyterLab restores the last workspace from the user's home (a notebook left open by an earlier run
     # hides the launcher): start from a reset workspace.
@@ -134,8 +136,8 @@ def test_bob_is_refused_alices_session(portal: AliceSession) -> None:
     api = context.request
     assert api.get(f"{BASE}/proxy/{portal.job_id}/api/kernels").status == 403
     # on the apps' origin: no apps cookie for her session, so to its Connect link, which refuses bob
-    direct = page.goto(f"{APPS}/proxy/{portal.job_id}/lab")
-    assert direct is not None and direct.status == 403 and direct.url.startswith(BASE), (direct and direct.url)
+    direct = page.goto(f"{apps_origin(portal.job_id)}/proxy/{portal.job_id}/lab")
+    assert direct is not None and direct.status == 403 and direct.url.startswith(BASE), direct and direct.url
     stop = api.post(f"{BASE}/api/sessions/{portal.job_id}/stop", headers=csrf_headers(context))
     assert stop.status == 403, stop.text()
     assert api.get(f"{BASE}/sessions/{portal.job_id}/connect", max_redirects=0).status in (302, 403, 404)

@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import connect
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
@@ -234,7 +234,7 @@ def test_bobs_comment_pointing_at_alice_or_slurm_reaches_nothing(parties: tuple[
 )
 def test_proxy_auth_is_not_reachable_from_outside(parties: tuple[Party, Party], path: str) -> None:
     alice, _bob = parties
-    for base in (BASE, APPS):  # neither the portal's origin nor the apps' has it
+    for base in (BASE, apps_origin(alice.job_id)):  # neither the portal's origin nor a session's has it
         headers = {"X-Original-URI": f"/proxy/{alice.job_id}/lab", "X-Carme-Via": "apps"}
         resp = alice.api.get(base + path, headers=headers, max_redirects=0)
         assert resp.status == 404, (base, path, resp.status)
@@ -386,11 +386,11 @@ def test_a_script_in_alices_app_cannot_call_the_portal(parties: tuple[Party, Par
         out = page.evaluate(APP_PAGE_SCRIPT, [BASE, alice.job_id])
     finally:
         page.close()
-    assert out["origin"] == APPS and APPS != BASE, out
+    assert out["origin"] == apps_origin(alice.job_id) and out["origin"] != BASE, out
     assert out["sessions"] == "blocked" and out["csrf"] == "blocked", out  # another origin: nothing readable
     assert out["local_sessions"] == "status 404" and out["local_csrf"] == "status 404", out  # no portal API here
     assert out["stop"] == "opaque", out
-    assert "carme_session" not in out["cookie"] and "carme_app" not in out["cookie"], out
+    assert "carme" not in out["cookie"], out
     # the blind POST changed nothing: the portal refused it (Sec-Fetch-Site: same-site), the session still runs
     log = on_head("grep", "-h", f"POST /api/sessions/{alice.job_id}/stop", "/var/log/nginx/access.log").stdout
     assert log.strip() and '" 403 ' in log.strip().splitlines()[-1], log[-500:]
@@ -417,7 +417,9 @@ def test_code_server_opens_with_the_session_password_for_alice_only(
         view = next(v for v in alice.api.get(f"{BASE}/api/sessions").json()["sessions"] if v["job_id"] == job)
         assert view["password"], view  # shown to its owner on the dashboard
         page.goto(f"{BASE}/sessions/{job}/connect")
-        assert page.url.startswith(f"{APPS}/proxy/{job}/"), page.url  # code-server's login page, on the apps' origin
+        assert page.url.startswith(f"{apps_origin(job)}/proxy/{job}/"), (
+            page.url
+        )  # code-server's login page, on the apps' origin
         page.fill("input[type=password]", "not-the-password")
         page.keyboard.press("Enter")
         page.wait_for_selector("text=/[Ii]ncorrect password/", timeout=30_000)

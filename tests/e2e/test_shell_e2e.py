@@ -23,12 +23,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.demo import APPS
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
+from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import connect
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_report
@@ -120,7 +120,9 @@ def test_bob_cannot_open_a_terminal_in_alices_session(portal: AliceSession) -> N
             resp = getattr(api, method)(proxied(portal.job_id, path), max_redirects=0)
             assert resp.status in (302, 403, 404), f"bob {method.upper()} /{path}: {resp.status}"
             if resp.status == 302:  # to the portal's login or connect page, never into the app
-                assert not resp.headers.get("location", "").startswith(f"{APPS}/proxy/{portal.job_id}/"), resp.headers
+                assert not resp.headers.get("location", "").startswith(
+                    f"{apps_origin(portal.job_id)}/proxy/{portal.job_id}/"
+                ), resp.headers
         assert api.get(f"{BASE}/sessions/{portal.job_id}/connect", max_redirects=0).status in (302, 403, 404)
     finally:
         page.context.close()

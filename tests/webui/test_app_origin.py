@@ -1,4 +1,4 @@
-"""Apps on their own origin (webui/app_origin.py): Connect ticket, apps cookie, proxy-auth, fetch metadata."""
+"""An origin per session (webui/app_origin.py): bound Connect tickets, apps cookies, proxy-auth, fetch metadata."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from webui.app_origin import session_label
+from webui.app_origin import upstream_cookies
+
 from .conftest import FakeScheduler
 from .conftest import add_session
 from .conftest import csrf_token
@@ -18,7 +21,7 @@ from .conftest import log_in_as
 from .conftest import make_app
 from .conftest import post
 
-APPS = "https://apps.example.test:8444"
+APPS = "https://*.apps.example.test:8444"
 PORTAL = "https://portal.example.test"
 VIA_APPS = {"X-Carme-Via": "apps"}
 
@@ -28,14 +31,27 @@ def app(base_config: dict[str, Any], fake_scheduler: FakeScheduler) -> Iterator[
     yield make_app({**base_config, "SCHEDULER": fake_scheduler, "APPS_ORIGIN": APPS, "PORTAL_URL": PORTAL})
 
 
-def connect(client: FlaskClient, job_id: int) -> tuple[str, str]:
-    """Follow the portal's Connect link: (job, ticket) of the enter URL it redirects to."""
-    resp = client.get(f"/sessions/{job_id}/connect")
-    assert resp.status_code == 302, resp.data
-    url = urlsplit(resp.headers["Location"])
-    assert f"{url.scheme}://{url.netloc}" == APPS and url.path == "/.carme/enter"
+def host_of(app: Flask, job_id: int) -> str:
+    return f"{session_label(app.secret_key or '', job_id)}.apps.example.test:8444"
+
+
+def connect(client: FlaskClient, browser: FlaskClient, job_id: int) -> tuple[str, str]:
+    """Follow the portal's Connect link in one browser (``client`` on the portal's origin, ``browser`` on the
+    session's): (job, ticket) of the enter URL it ends at, with ``browser`` holding the bind cookie."""
+    first = client.get(f"/sessions/{job_id}/connect")
+    assert first.status_code == 302, first.data
+    url = urlsplit(first.headers["Location"])
+    assert url.netloc == host_of(client.application, job_id) and url.path == "/.carme/enter", url
+    assert first.headers["Cache-Control"] == "no-store"
+    bound = enter(browser, str(job_id), "", host=url.netloc)
+    assert bound.status_code == 302, bound.data
+    back = urlsplit(bound.headers["Location"])
+    assert f"{back.scheme}://{back.netloc}{back.path}" == f"{PORTAL}/sessions/{job_id}/connect"
+    second = client.get(f"/sessions/{job_id}/connect?{back.query}")
+    assert second.status_code == 302, second.data
+    url = urlsplit(second.headers["Location"])
+    assert url.netloc == host_of(client.application, job_id) and url.path == "/.carme/enter"
     query = parse_qs(url.query)
-    assert resp.headers["Cache-Control"] == "no-store"
     return query["job"][0], query["ticket"][0]
 
 
@@ -44,20 +60,25 @@ def apps_client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
-def enter(browser: FlaskClient, job: str, ticket: str) -> Any:
-    return browser.get("/api/app-enter", query_string={"job": job, "ticket": ticket}, headers=VIA_APPS)
+def enter(browser: FlaskClient, job: str, ticket: str, host: str = "") -> Any:
+    app = browser.application
+    host = host or (host_of(app, int(job)) if job.isdigit() else "x.apps.example.test")
+    query = {"job": job, "ticket": ticket} if ticket else {"job": job}
+    return browser.get("/api/app-enter", query_string=query, headers={**VIA_APPS, "Host": host})
 
 
-def auth(browser: FlaskClient, uri: str, via: str = "apps", app_cookie: str = "") -> Any:
-    """nginx's auth_request: it passes the Cookie header of the proxied request (whose path the cookie matches)."""
-    headers = {"X-Original-URI": uri, "X-Carme-Via": via}
+def auth(browser: FlaskClient, uri: str, via: str = "apps", app_cookie: str = "", host: str = "", **extra: str) -> Any:
+    """nginx's auth_request: it passes the request's Host and Cookie headers."""
+    job = int(uri.split("/")[2])
+    headers = {"X-Original-URI": uri, "X-Carme-Via": via, "Host": host or host_of(browser.application, job), **extra}
     if app_cookie:
-        headers["Cookie"] = f"carme_app={app_cookie}"
+        headers["Cookie"] = f"__Host-carme_app={app_cookie}"
     return browser.application.test_client(use_cookies=False).get("/api/proxy-auth", headers=headers)
 
 
 def cookie_of(resp: Any) -> str:
-    return str(resp.headers["Set-Cookie"]).split(";", 1)[0].split("=", 1)[1]
+    value = next(v for v in resp.headers.getlist("Set-Cookie") if v.startswith("__Host-carme_app="))
+    return str(value).split(";", 1)[0].split("=", 1)[1]
 
 
 def test_connect_ticket_becomes_a_cookie_for_that_session_only(
@@ -66,26 +87,47 @@ def test_connect_ticket_becomes_a_cookie_for_that_session_only(
     job_id = add_session(app, fake_scheduler, "alice")
     other = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "alice")
-    job, ticket = connect(client, job_id)
     browser = apps_client(app)
+    job, ticket = connect(client, browser, job_id)
     resp = enter(browser, job, ticket)
     assert resp.status_code == 302 and resp.headers["Location"] == f"/proxy/{job_id}/"
-    cookie = resp.headers["Set-Cookie"]
-    assert cookie.startswith("carme_app=") and f"Path=/proxy/{job_id}/" in cookie
+    cookie = next(v for v in resp.headers.getlist("Set-Cookie") if v.startswith("__Host-carme_app="))
+    assert "Path=/;" in cookie and "Domain" not in cookie
     assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
     assert auth(browser, f"/proxy/{job_id}/lab", app_cookie=cookie_of(resp)).status_code == 200
-    # the cookie names its job: a request for another session of the same user is not authorised by it
+    # the cookie names its job: on another session's host it authorises nothing, nor for another path there
     assert auth(browser, f"/proxy/{other}/lab", app_cookie=cookie_of(resp)).status_code == 401
+    wrong_host = host_of(app, other)
+    assert auth(browser, f"/proxy/{job_id}/lab", app_cookie=cookie_of(resp), host=wrong_host).status_code == 404
 
 
 def test_a_ticket_is_used_once(app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "alice")
-    job, ticket = connect(client, job_id)
-    assert enter(apps_client(app), job, ticket).headers["Location"] == f"/proxy/{job_id}/"
-    again = enter(apps_client(app), job, ticket)
+    browser = apps_client(app)
+    job, ticket = connect(client, browser, job_id)
+    assert enter(browser, job, ticket).headers["Location"] == f"/proxy/{job_id}/"
+    browser.set_cookie("__Host-carme_bind", "whatever", domain=host_of(app, job_id).split(":")[0])
+    again = enter(browser, job, ticket)
     assert again.status_code == 302 and again.headers["Location"] == f"{PORTAL}/sessions/{job_id}/connect"
-    assert "Set-Cookie" not in again.headers
+    assert "__Host-carme_app" not in str(again.headers.getlist("Set-Cookie"))
+
+
+def test_a_ticket_works_only_in_the_browser_that_asked(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    """bob's Connect ticket, sent to alice: her browser has no bind cookie of his (or another one): nothing."""
+    job_id = add_session(app, fake_scheduler, "bob")
+    log_in_as(app, client, "bob")
+    job, ticket = connect(client, apps_client(app), job_id)
+    alices = apps_client(app)
+    refused = enter(alices, job, ticket)
+    assert refused.status_code == 403 and "another browser" in refused.get_data(as_text=True)
+    assert "Set-Cookie" not in refused.headers
+    enter(alices, job, "")  # alice's browser gets a bind cookie of its own for bob's host: still not his ticket's
+    again = enter(alices, job, ticket)
+    assert again.status_code == 302 and again.headers["Location"] == f"{PORTAL}/sessions/{job_id}/connect"
+    assert "__Host-carme_app" not in str(again.headers.getlist("Set-Cookie"))
 
 
 def test_a_ticket_is_bound_to_its_job_and_expires(
@@ -93,12 +135,15 @@ def test_a_ticket_is_bound_to_its_job_and_expires(
 ) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "alice")
-    job, ticket = connect(client, job_id)
-    assert "Set-Cookie" not in enter(apps_client(app), str(job_id + 1), ticket).headers  # another job: used up
-    assert "Set-Cookie" not in enter(apps_client(app), job, ticket).headers
+    browser = apps_client(app)
+    job, ticket = connect(client, browser, job_id)
+    other = str(job_id + 1)
+    assert enter(browser, other, ticket, host=host_of(app, job_id)).status_code == 404  # not that session's host
+    assert "__Host-carme_app" not in str(enter(browser, other, ticket).headers.getlist("Set-Cookie"))
     app.config["APP_TICKET_SECONDS"] = -1
-    job, ticket = connect(client, job_id)
-    assert "Set-Cookie" not in enter(apps_client(app), job, ticket).headers  # expired at once
+    browser = apps_client(app)
+    job, ticket = connect(client, browser, job_id)
+    assert "__Host-carme_app" not in str(enter(browser, job, ticket).headers.getlist("Set-Cookie"))  # expired
 
 
 def test_forged_or_foreign_tickets_and_cookies_get_nothing(
@@ -106,9 +151,65 @@ def test_forged_or_foreign_tickets_and_cookies_get_nothing(
 ) -> None:
     job_id = add_session(app, fake_scheduler, "alice")
     browser = apps_client(app)
-    assert "Set-Cookie" not in enter(browser, str(job_id), "x" * 43).headers
+    enter(browser, str(job_id), "")
+    assert "__Host-carme_app" not in str(enter(browser, str(job_id), "x" * 43).headers.getlist("Set-Cookie"))
     assert enter(browser, "abc", "x").status_code == 400
     assert auth(browser, f"/proxy/{job_id}/lab", app_cookie="forged.value.sig").status_code == 401
+    # a made-up host name for the session (a guessed tag) is no session's
+    assert auth(browser, f"/proxy/{job_id}/lab", host=f"{job_id}-0000000000000000.apps.example.test").status_code == 404
+    assert client.get(f"/sessions/{job_id}/connect?bind=x").status_code in (302, 400, 403)
+
+
+def test_other_origins_may_only_navigate_to_a_session(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    """bob's app (same site, other origin) cannot make alice's browser call alice's app, nor another site."""
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    browser = apps_client(app)
+    value = cookie_of(enter(browser, *connect(client, browser, job_id)))
+    uri = f"/proxy/{job_id}/api/contents"
+    for site in ("same-site", "cross-site"):
+        for mode, dest in (("cors", "empty"), ("no-cors", "empty"), ("websocket", "websocket"), ("navigate", "iframe")):
+            fetch = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
+            assert auth(browser, uri, app_cookie=value, **fetch).status_code == 403, fetch
+        post_nav = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+        assert auth(browser, uri, app_cookie=value, **post_nav, **{"X-Original-Method": "POST"}).status_code == 403
+        assert auth(browser, uri, app_cookie=value, **post_nav).status_code == 200
+    same = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
+    assert auth(browser, uri, app_cookie=value, **same).status_code == 200
+    # no fetch metadata (not a browser, or an old one): an Origin other than the session's own is refused
+    assert auth(browser, uri, app_cookie=value, Origin="https://evil.example").status_code == 403
+    own = "https://" + host_of(app, job_id)
+    assert auth(browser, uri, app_cookie=value, Origin=own).status_code == 200
+
+
+def test_no_carme_cookie_reaches_an_app() -> None:
+    header = (
+        "_xsrf=abc; __Host-carme_session=alice; carme_session=x;CARME_APP=y;  carme_app =z; "
+        "__Host-carme_app=v; __Secure-Carme_x=1; theme=dark; __host-carme_bind=n; carme_session=again"
+    )
+    assert upstream_cookies(header) == "_xsrf=abc; theme=dark"
+    assert upstream_cookies("") == ""
+    assert upstream_cookies("carme_session=only") == ""
+
+
+def test_proxy_auth_names_the_cookies_for_the_app(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "alice")
+    browser = apps_client(app)
+    value = cookie_of(enter(browser, *connect(client, browser, job_id)))
+    headers = {
+        "X-Original-URI": f"/proxy/{job_id}/lab",
+        "X-Carme-Via": "apps",
+        "Host": host_of(app, job_id),
+        "Cookie": f"_xsrf=1; carme_session=decoy; __Host-carme_app={value}; __Host-carme_session=real",
+    }
+    resp = app.test_client(use_cookies=False).get("/api/proxy-auth", headers=headers)
+    assert resp.status_code == 200 and resp.headers["X-Carme-Cookie"] == "_xsrf=1"
+    assert "X-Carme-Authorization" not in resp.headers
 
 
 def test_bob_cannot_connect_to_alices_session(app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler) -> None:
@@ -133,8 +234,7 @@ def test_logout_ends_the_apps_cookie_too(app: Flask, client: FlaskClient, fake_s
     job_id = add_session(app, fake_scheduler, "alice")
     log_in_as(app, client, "alice")
     browser = apps_client(app)
-    job, ticket = connect(client, job_id)
-    value = cookie_of(enter(browser, job, ticket))
+    value = cookie_of(enter(browser, *connect(client, browser, job_id)))
     assert auth(browser, f"/proxy/{job_id}/lab", app_cookie=value).status_code == 200
     resp = post(client, "/auth/logout")
     assert resp.status_code in (200, 302)

@@ -46,7 +46,7 @@ def test_enrol_then_log_in_again(ldap_app: Flask, slapd_server: SlapdServer) -> 
     page = client.get("/")
     assert page.status_code == 200 and "alice" in page.get_data(as_text=True)
     cookie = page.request.headers.get("Cookie", "")
-    assert "carme_session=" in cookie
+    assert "__Host-carme_session=" in cookie
 
     post(client, "/auth/logout")
     assert client.get("/").status_code == 302

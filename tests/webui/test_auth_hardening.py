@@ -165,10 +165,10 @@ def test_the_cookie_carries_only_a_login_token(app: Flask, client: FlaskClient) 
 def test_logout_revokes_every_copy_of_the_cookie(app: Flask, client: FlaskClient) -> None:
     log_in_as(app, client, "alice")
     assert client.get("/api/sessions").status_code == 200
-    cookie = client.get_cookie("carme_session")
+    cookie = client.get_cookie("__Host-carme_session")
     assert cookie is not None
     copy = app.test_client()
-    copy.set_cookie("carme_session", cookie.value)
+    copy.set_cookie("__Host-carme_session", cookie.value)
     assert copy.get("/api/sessions").status_code == 200
 
     assert post(client, "/auth/logout").status_code == 302

@@ -175,7 +175,7 @@ def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> No
 
 
 def session_cookie(resp: Any) -> str | None:
-    return next((v for v in resp.headers.getlist("Set-Cookie") if v.startswith("carme_session=")), None)
+    return next((v for v in resp.headers.getlist("Set-Cookie") if v.startswith("__Host-carme_session=")), None)
 
 
 def test_session_cookie_is_reissued_when_changed_or_old(app: Flask, client: Any, monkeypatch: Any) -> None:
@@ -192,8 +192,8 @@ def test_session_cookie_is_reissued_when_changed_or_old(app: Flask, client: Any,
 
 def test_tampered_session_cookie_is_refused(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
-    cookie = client.get_cookie("carme_session")
+    cookie = client.get_cookie("__Host-carme_session")
     assert cookie is not None
-    client.set_cookie("carme_session", cookie.value[:-2] + ("AA" if cookie.value[-2:] != "AA" else "BB"))
+    client.set_cookie("__Host-carme_session", cookie.value[:-2] + ("AA" if cookie.value[-2:] != "AA" else "BB"))
     resp = client.get("/")
     assert resp.status_code == 302 and "/auth/login" in resp.headers["Location"]

@@ -75,7 +75,7 @@ def test_security_headers(client: Any) -> None:
 def test_session_cookie_flags(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
     resp = post(client, "/auth/logout")  # any response that rewrites the session cookie
-    cookie = next(v for v in resp.headers.getlist("Set-Cookie") if v.startswith("carme_session="))
+    cookie = next(v for v in resp.headers.getlist("Set-Cookie") if v.startswith("__Host-carme_session="))
     flags = {part.strip().lower() for part in cookie.split(";")}
     assert "secure" in flags
     assert "httponly" in flags

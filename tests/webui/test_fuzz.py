@@ -784,7 +784,7 @@ queries = st.dictionaries(QUERY_KEYS, texts, max_size=3)
 def test_fuzz_query_strings_and_headers(fuzz_app: Flask, fake_scheduler: FakeScheduler, monitor: ExecMonitor) -> None:
     from .conftest import add_session
 
-    fuzz_app.config["APPS_ORIGIN"] = "https://apps.localhost"
+    fuzz_app.config["APPS_ORIGIN"] = "https://*.apps.localhost"
     fuzz_app.config["PORTAL_URL"] = "https://localhost"
     alice = browser(fuzz_app, monitor, "alice")
     carol = browser(fuzz_app, monitor, "carol", admin=True)
@@ -881,7 +881,7 @@ def test_job_ids_in_other_digits_are_400(fuzz_app: Flask, fake_scheduler: FakeSc
     assert post(client, f"/sessions/{seg}/stop").status_code == 400
     assert client.get(f"/sessions/{seg}/connect").status_code == 400
     assert client.post(f"/api/sessions/{seg}/stop", headers=headers).status_code == 400
-    fuzz_app.config["APPS_ORIGIN"] = "https://apps.localhost"
+    fuzz_app.config["APPS_ORIGIN"] = "https://*.apps.localhost"
     resp = client.get(f"/api/app-enter?job={seg}&ticket=x", headers={"X-Carme-Via": "apps"})
     assert resp.status_code == 400
     assert fake_scheduler.cancelled == []

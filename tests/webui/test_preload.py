@@ -130,7 +130,7 @@ def test_gunicorn_preload_serves_logged_in_requests(base_config: dict[str, Any],
                 time.sleep(0.2)
         for _ in range(20):  # new connections: the kernel spreads them over both workers
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", "/api/sessions", headers={"Cookie": f"carme_session={cookie}"})
+            conn.request("GET", "/api/sessions", headers={"Cookie": f"__Host-carme_session={cookie}"})
             resp = conn.getresponse()
             body = resp.read()
             conn.close()

@@ -114,8 +114,9 @@ def proxy_auth() -> Response:
     """nginx ``auth_request`` target: may this request's login reach /proxy/<job_id>/...?
 
     nginx reaches it only through its ``internal`` locations; from outside, ``/api/proxy-auth`` is a 404 there.
-    With ``APPS_ORIGIN`` set, only the apps' server block asks (``X-Carme-Via: apps``) and the login is the one the
-    session's apps cookie names (``webui.app_origin``); the portal's own cookie authorises nothing there.
+    With ``APPS_ORIGIN`` set, only the apps' server block asks (``X-Carme-Via: apps``), only for the session whose
+    host the request was sent to, and the login is the one that session's apps cookie names (``webui.app_origin``);
+    the portal's own cookie authorises nothing there.
     """
     uri = request.headers.get("X-Original-URI", "")
     match = PROXY_URI.match(uri)
@@ -126,25 +127,32 @@ def proxy_auth() -> Response:
     if app_origin.enabled():
         if request.headers.get(app_origin.VIA_HEADER) != "apps":
             abort(404)
+        if app_origin.job_of_host(request.headers.get("Host", "")) != job_id:
+            abort(404)  # another session's host, or a made-up one
+        method = request.headers.get("X-Original-Method", "GET")
+        if not app_origin.browser_may_send(method, request.headers, app_origin.session_origin(job_id)):
+            abort(403, description="Cross-origin request refused: a session answers only its own pages.")
         key = app_origin.login_of_cookie(job_id)
         target = session_service.authorise_proxy(job_id, key, lambda: user_of_login(key) if key else None)
     else:
         target = session_service.authorise_proxy(job_id, login_key_of_request(), current_user)
     resp = Response(status=200)
-    # Only what nginx uses (never the session secret itself): the proven endpoint of the session's front,
-    # the front's key, and the app's own Authorization value ("" removes the client's own).
+    # Only what nginx uses (never the session secret itself): the proven endpoint of the session's front, the
+    # front's key, and the Cookie header the app gets (none of Carme's cookies; "" drops the header).
     resp.headers["X-Carme-Upstream"] = f"{target.endpoint.host}:{target.endpoint.port}"
     resp.headers["X-Carme-Front"] = target.headers.get(FRONT_HEADER, "")
-    resp.headers["X-Carme-Authorization"] = target.headers.get("Authorization", "")
+    resp.headers["X-Carme-Cookie"] = app_origin.upstream_cookies(request.headers.get("Cookie", ""))
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
 
 @bp.route("/app-enter")
 def app_enter() -> Response:
-    """``<APPS_ORIGIN>/.carme/enter``: trade a Connect ticket for the session's apps cookie, then open the app.
+    """``<session origin>/.carme/enter``: bind the browser, then trade its Connect ticket for the apps cookie.
 
-    nginx passes only the apps' origin here (the portal's own server block answers 404 for this path).
+    nginx passes only the apps' origin here (the portal's own server block answers 404 for this path). Without a
+    ticket: a fresh bind cookie, and back to the portal's Connect with its hash. With one: redeemed only with the
+    bind cookie of the browser that asked for it (``webui.app_origin``).
     """
     if not app_origin.enabled() or request.headers.get(app_origin.VIA_HEADER) != "apps":
         abort(404)
@@ -152,17 +160,31 @@ def app_enter() -> Response:
     if not session_service.JOB_ID.fullmatch(raw_job):
         abort(400, description="job: not a job id")
     job_id = int(raw_job)
-    login_id = app_origin.redeem_ticket(request.args.get("ticket", ""), job_id)
+    if app_origin.job_of_host(request.headers.get("Host", "")) != job_id:
+        abort(404)
+    ticket = request.args.get("ticket", "")
+    if not ticket:
+        nonce = app_origin.new_bind_nonce()
+        resp = redirect_to_portal(f"/sessions/{job_id}/connect?bind={app_origin.bind_hash(nonce)}")
+        resp.set_cookie(app_origin.BIND_COOKIE, nonce, **app_origin.cookie_kwargs(app_origin.BIND_SECONDS))
+        return resp
+    nonce = request.cookies.get(app_origin.BIND_COOKIE, "")
+    if not nonce:
+        abort(
+            403,
+            description="This link was made for another browser: open the session from your own dashboard "
+            "(or allow cookies for this site).",
+        )
+    login_id = app_origin.redeem_ticket(ticket, job_id, nonce)
     if login_id is None:
-        # Used, expired or forged: back to the portal, whose Connect link issues a fresh one after its checks.
+        # Used, expired, forged or another browser's: back to the portal, whose Connect link checks the owner first.
         return redirect_to_portal(f"/sessions/{job_id}/connect")
     resp = Response(status=302)
-    resp.headers["Location"] = app_origin.cookie_path(job_id)
+    resp.headers["Location"] = session_service.proxy_path(job_id)
     resp.headers["Cache-Control"] = "no-store"
     resp.headers["Referrer-Policy"] = "no-referrer"
-    resp.set_cookie(
-        app_origin.COOKIE_NAME, app_origin.cookie_value(login_id, job_id), **app_origin.cookie_kwargs(job_id)
-    )
+    resp.set_cookie(app_origin.COOKIE_NAME, app_origin.cookie_value(login_id, job_id), **app_origin.cookie_kwargs())
+    resp.delete_cookie(app_origin.BIND_COOKIE, path="/", secure=True, httponly=True, samesite="Lax")
     return resp
 
 

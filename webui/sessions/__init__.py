@@ -11,6 +11,7 @@ from flask import redirect
 from flask import render_template
 from flask import request
 from flask import url_for
+from werkzeug.exceptions import BadRequest
 from werkzeug.wrappers import Response
 
 from webui import app_origin
@@ -107,11 +108,18 @@ def connect(job_id: str) -> Response:
         return redirect(url_for("dashboard.index"))
     if not app_origin.enabled():
         return redirect(session_service.proxy_path(jid))
-    # To the apps' own origin, with a one-time ticket that becomes the session's apps cookie there (webui.app_origin).
-    key = login_key_of_request()
-    assert key is not None  # login_required: the cookie carries a valid login
-    ticket = app_origin.issue_ticket(key, jid)
-    db.session.commit()
-    resp = redirect(app_origin.enter_url(jid, ticket))
+    # To the session's own origin: first for a bind cookie there, then back here with its hash for a one-time ticket
+    # that only that browser can trade for the session's apps cookie (webui.app_origin).
+    bind = request.args.get("bind", "")
+    if not bind:
+        resp = redirect(app_origin.start_url(jid))
+    else:
+        if not app_origin.BIND_HASH.fullmatch(bind):
+            raise BadRequest("bind: not a browser binding")
+        key = login_key_of_request()
+        assert key is not None  # login_required: the cookie carries a valid login
+        ticket = app_origin.issue_ticket(key, jid, bind)
+        db.session.commit()
+        resp = redirect(app_origin.enter_url(jid, ticket))
     resp.headers["Cache-Control"] = "no-store"
     return resp
