@@ -9,10 +9,16 @@ Templates may use only these placeholders: ``{port} {host} {socket} {secret} {ba
 {logdir} {job_id}`` (``base_path`` is ``base_url`` without the trailing slash, for TensorBoard; ``socket`` is the
 path of the app's Unix socket, for ``isolation = "socket"``).
 
+``{secret}`` is the session's *app secret* (:func:`carme_runtime.front.app_secret`: an HMAC of the job id with the
+session secret, domain-separated from the front key), never the session secret itself: the app may show it
+(JupyterLab writes its token into every page), and nothing the app or the browser sees lets anyone compute the
+session front's key. ``carme-launch`` renders the spec with it.
+
 ``secret_mode``:
 
-* ``token``: the app checks a token; ``{secret}`` must appear in ``env`` or ``argv``. The portal proxy
-  injects ``secret_header`` into the requests it forwards, so the user never types the token.
+* ``token``: the app checks a token; ``{secret}`` must appear in ``env`` or ``argv``. The session front
+  (:mod:`carme_runtime.front`) adds ``secret_header`` to the requests it forwards (and drops any header of that
+  name the client sent), so the user never types the token and it never travels through nginx.
 * ``password``: the app asks for a password; ``{secret}`` must appear in ``env`` (never argv).
 * ``proxy``: the app has no authentication (TensorBoard). ``carme-launch`` starts every app on ``127.0.0.1``
   behind the session front (:mod:`carme_runtime.front`), which forwards nothing without the session's front key;
@@ -132,10 +138,12 @@ class AppSpec:
         logdir: str | None = None,
         socket: str = "",
     ) -> RenderedApp:
-        """Fill the templates. Raises :class:`AppRenderError` rather than start an app without auth (or, for
-        ``isolation = "socket"``, without its socket path: it would fall back to a TCP port)."""
+        """Fill the templates; ``secret`` is the app secret (``front.app_secret``), never the session secret.
+
+        Raises :class:`AppRenderError` rather than start an app without auth (or, for ``isolation = "socket"``,
+        without its socket path: it would fall back to a TCP port)."""
         if len(secret) < MIN_SECRET_LENGTH:
-            raise AppRenderError(f"{self.name}: session secret missing or shorter than {MIN_SECRET_LENGTH}")
+            raise AppRenderError(f"{self.name}: app secret missing or shorter than {MIN_SECRET_LENGTH}")
         if self.isolation == "socket" and not socket.startswith("/"):
             raise AppRenderError(f"{self.name}: isolation = socket needs the absolute path of its Unix socket")
         base_url = self.base_url(job_id)
@@ -161,12 +169,11 @@ class AppSpec:
             carried = any(secret in v for v in env.values()) or any(secret in a for a in argv)
             if not carried:  # pragma: no cover - guaranteed by load-time validation
                 raise AppRenderError(f"{self.name}: the secret does not reach the app")
-        return RenderedApp(
-            argv=argv, env=env, readiness_path=self.readiness_path.format_map(values), base_url=base_url
-        )
+        return RenderedApp(argv=argv, env=env, readiness_path=self.readiness_path.format_map(values), base_url=base_url)
 
     def proxy_headers(self, secret: str) -> dict[str, str]:
-        """Headers the portal proxy adds when forwarding (only token apps have any)."""
+        """Headers the session front adds to each request it forwards, for the app secret ``secret`` (only token
+        apps have any; a client's header of the same name is dropped)."""
         if self.secret_header is None or self.secret_mode != "token":
             return {}
         return {self.secret_header.name: self.secret_header.value.format(secret=secret)}
@@ -241,9 +248,7 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         raise AppSpecError(
             source, "isolation", 'proxy apps have no authentication: other users could reach them; use "netns"'
         )
-    if isolation == "socket" and not (
-        any("{socket}" in a for a in argv) or any("{socket}" in v for v in env.values())
-    ):
+    if isolation == "socket" and not (any("{socket}" in a for a in argv) or any("{socket}" in v for v in env.values())):
         raise AppSpecError(source, "isolation", "socket apps must pass {socket} in argv or env (where they listen)")
     strip_prefix = data.get("strip_prefix", False)
     if not isinstance(strip_prefix, bool):
@@ -302,9 +307,7 @@ def load_app_file(path: str | Path) -> AppSpec:
     return spec
 
 
-def load_apps(
-    dirs: Iterable[str | Path] | None = None, *, include_builtin: bool = True
-) -> dict[str, AppSpec]:
+def load_apps(dirs: Iterable[str | Path] | None = None, *, include_builtin: bool = True) -> dict[str, AppSpec]:
     """Built-in apps, then every ``*.toml`` of ``dirs`` (default: ``/etc/carme/apps.d``) in order.
 
     A later file with the same name replaces an earlier one; a directory that does not exist is skipped;

@@ -17,11 +17,30 @@ published in the job comment). The front:
 
 The challenge needs no secret from the asker and its answer is domain-separated from the front key, so it
 proves "this is job N's front" (public anyway) and nothing else. Stdlib only: it runs inside the job.
+
+Three values are derived from the session secret S, each an HMAC-SHA256 keyed with S over its own message, so that
+knowing one of them tells nothing about S or the others:
+
+* the front key (:func:`front_key`, ``carme-front-v1|<job>``): nginx's ``X-Carme-Front``; only the portal and the
+  launcher know it;
+* the challenge answer (:func:`challenge_answer`, ``carme-challenge-v1|<job>|<nonce>``);
+* the app secret (:func:`app_secret`, ``carme-app-v1|<job>``): the app's own token or password (``{secret}`` in the
+  app specs, :mod:`carme_runtime.apps`). The app, its pages (JupyterLab writes its token into every page) and the
+  browser see only this value, never S: a script that reads it cannot compute the front key. The front adds the app's
+  secret header itself (``app_headers``, e.g. ``Authorization: token <app secret>``) and drops any such header the
+  client sent, so the token never has to travel through nginx or the browser.
+
+Other users on the cluster can open TCP connections to any front. A peer address may hold at most
+``peer_limit`` connections that have not (yet) presented the front key; further ones are closed at once, and a
+connection must send its whole request head within ``head_timeout`` seconds. A peer that has presented the key
+(nginx on the portal host) is not limited, so no other peer's flood of idle connections can delay its requests
+(:mod:`carme_runtime.front_peers`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -35,12 +54,20 @@ from collections.abc import Mapping
 from urllib.parse import parse_qs
 from urllib.parse import urlsplit
 
+from carme_runtime.front_peers import PEER_LIMIT
+from carme_runtime.front_peers import PeerLimit
+from carme_runtime.front_peers import Slot
+from carme_runtime.front_peers import peer_address
+
 FRONT_HEADER = "X-Carme-Front"
 CHALLENGE_PATH = "/.carme/challenge"
 #: Ports a front may listen on; the portal refuses to verify or proxy to any other (``PROXY_PORT_RANGE``).
 PORT_RANGE = (32768, 60999)
 MAX_HEAD_BYTES = 64 * 1024
 NONCE_RE = re.compile(r"^[0-9a-f]{32,128}$")
+HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9-]+$")
+#: seconds a connection has to send its whole request head
+HEAD_TIMEOUT_S = 10.0
 _CHUNK = 64 * 1024
 
 
@@ -51,6 +78,16 @@ def _mac(secret: str, message: str) -> str:
 def front_key(secret: str, job_id: int) -> str:
     """The value nginx sends in ``X-Carme-Front`` for this session (never the secret itself)."""
     return _mac(secret, f"carme-front-v1|{job_id}")
+
+
+def app_secret(secret: str, job_id: int) -> str:
+    """The app's own token or password for this session (43 URL-safe characters), never the session secret.
+
+    Domain-separated from :func:`front_key` and :func:`challenge_answer`: whoever learns it (the app writes it into
+    its pages) can neither compute the front key nor answer the portal's challenge.
+    """
+    digest = hmac.new(secret.encode(), f"carme-app-v1|{job_id}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def front_headers(secret: str, job_id: int) -> dict[str, str]:
@@ -156,9 +193,11 @@ class Front:
         secret: str,
         job_id: int,
         base_path: str,
-        head_timeout: float = 30.0,
+        head_timeout: float = HEAD_TIMEOUT_S,
         app_unix: str | None = None,
         strip_prefix: bool = False,
+        app_headers: Mapping[str, str] | None = None,
+        peer_limit: int = PEER_LIMIT,
     ) -> None:
         self.sock = sock
         self.port: int = sock.getsockname()[1]
@@ -171,6 +210,8 @@ class Front:
         self.head_timeout = head_timeout
         self._key = front_key(secret, job_id)
         self._secret = secret
+        self._app_headers = _checked_headers(app_headers or {})
+        self._peers = PeerLimit(peer_limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -209,17 +250,21 @@ class Front:
     # --- one connection --------------------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        slot = self._peers.admit(peer_address(writer))
         try:
-            await self._serve(reader, writer)
+            if slot is not None:  # else: too many connections without the key from this peer, closed at once
+                await self._serve(reader, writer, slot)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            if slot is not None:
+                slot.release()
             writer.close()
 
     def _allowed_path(self, path: str) -> bool:
         return path == self.base_path or path.startswith(self.base_path + "/")
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: Slot) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
             method, target, version, fields = parse_head(head)
@@ -237,6 +282,7 @@ class Front:
             writer.write(_reply(403, "Forbidden", b"forbidden\n"))
             await writer.drain()
             return
+        slot.keyed()  # this peer has the key: no longer counted, never limited
         if not self._allowed_path(split.path):
             writer.write(_reply(404, "Not Found", b"not found\n"))
             await writer.drain()
@@ -280,14 +326,16 @@ class Front:
         body = json.dumps({"job_id": self.job_id, "mac": challenge_answer(self._secret, self.job_id, nonce[0])})
         return _reply(200, "OK", body.encode(), "application/json")
 
-    @staticmethod
-    def _upstream_head(method: str, target: str, version: str, fields: list[tuple[str, str]]) -> bytes:
-        """The request head for the app: without ``X-Carme-Front``; ``Connection: close`` unless an upgrade."""
+    def _upstream_head(self, method: str, target: str, version: str, fields: list[tuple[str, str]]) -> bytes:
+        """The request head for the app: without ``X-Carme-Front``, with the front's own ``app_headers`` in place of
+        any the client sent under those names; ``Connection: close`` unless an upgrade."""
         connection = ",".join(_values(fields, "Connection")).lower()
         upgrade = bool(_values(fields, "Upgrade")) and "upgrade" in [t.strip() for t in connection.split(",")]
-        drop = {FRONT_HEADER.lower()} | (set() if upgrade else {"connection", "keep-alive"})
+        drop = {FRONT_HEADER.lower()} | {n.lower() for n in self._app_headers}
+        drop |= set() if upgrade else {"connection", "keep-alive"}
         lines = [f"{method} {target} {version}"]
         lines += [f"{n}: {v}" for n, v in fields if n.lower() not in drop]
+        lines += [f"{n}: {v}" for n, v in self._app_headers.items()]
         if not upgrade:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -315,12 +363,24 @@ def start_front(
     job_id: int,
     base_path: str,
     port_range: tuple[int, int] = PORT_RANGE,
+    app_headers: Mapping[str, str] | None = None,
 ) -> Front:
     """Bind a port of ``port_range`` on ``host`` and serve the front for ``app_host:app_port``."""
     sock = bind_front_socket(host, port_range)
-    return Front(sock, app_host=app_host, app_port=app_port, secret=secret, job_id=job_id, base_path=base_path).start()
+    return Front(
+        sock,
+        app_host=app_host,
+        app_port=app_port,
+        secret=secret,
+        job_id=job_id,
+        base_path=base_path,
+        app_headers=app_headers,
+    ).start()
 
 
-def headers_for(secret: str, job_id: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The front header plus ``extra`` (e.g. the app's own ``Authorization``)."""
-    return {**(extra or {}), **front_headers(secret, job_id)}
+def _checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` as given, refused if a name or value could split the request head."""
+    for name, value in headers.items():
+        if not HEADER_NAME_RE.match(name) or any(c in value for c in "\r\n\0"):
+            raise ValueError(f"bad app header {name!r}")
+    return dict(headers)

@@ -7,18 +7,22 @@
    config; default: the address of the node's hostname) at a random port of :data:`front.PORT_RANGE`, and
    picks a free port on ``127.0.0.1`` for the app: the app itself is never on the node's address; only the
    front is, and it forwards nothing without the session's front key;
-3. renders the app spec and wraps it in the runtime (Apptainer or a venv/conda prefix); starts it with
-   :class:`subprocess.Popen` (argv, no shell). The secret reaches the app only through its own variable
-   (``JUPYTER_TOKEN``, ``PASSWORD``); ``CARME_SESSION_SECRET`` is removed from the app's environment;
-4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, app_port, secret, app, base_url) with mode 0600
-   in a 0700 directory, so only the user (and root) can read it;
+3. renders the app spec with the session's *app secret* (:func:`carme_runtime.front.app_secret`, an HMAC of the
+   job id with the session secret S) and wraps it in the runtime (Apptainer or a venv/conda prefix); starts it
+   with :class:`subprocess.Popen` (argv, no shell). The app secret reaches the app only through its own variable
+   (``JUPYTER_TOKEN``, ``PASSWORD``); S itself never reaches the app: ``CARME_SESSION_SECRET`` is removed from
+   its environment, and a plan whose argv or environment holds S is refused. The front key and the challenge
+   answer are derived from S in other domains, so the app secret (which JupyterLab writes into its pages) lets no
+   one compute them; the front adds the app's secret header itself (``app_headers``);
+4. writes ``~/.carme/sessions/<jobid>.json`` (host, port, app_port, app_secret, app, base_url; never S) with
+   mode 0600 in a 0700 directory, so only the user (and root) can read it;
    Apps with ``isolation = "socket"`` (JupyterLab, code-server) listen on a Unix socket in a fresh 0700
    directory of the user and on no TCP port: no other user on the node can connect to them. Apps with
    ``isolation = "netns"`` (TensorBoard: no authentication of its own, no Unix socket) start in a private network
    namespace of the user (:mod:`carme_runtime.netns`): their ``127.0.0.1:<port>`` exists only there, and the
    front reaches them through a Unix socket in such a directory. Without working user namespaces such an
    app is refused (:attr:`ExitCode.NETNS_UNAVAILABLE`), never started on the node's loopback;
-5. probes the app's readiness on ``127.0.0.1`` (or through that Unix socket) with the secret until ready or
+5. probes the app's readiness on ``127.0.0.1`` (or through that Unix socket) with the app secret until ready or
    timeout, then checks that its own front answers the portal's challenge;
 6. publishes the front with ``scontrol update JobId=<id> Comment=carme:v1;app=..;host=..;port=..;
    state=ready``. The secret is never published: the comment is visible to every user via ``squeue``. The
@@ -57,6 +61,7 @@ from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.exit_codes import ExitCode
 from carme_runtime.front import Front
+from carme_runtime.front import app_secret
 from carme_runtime.front import bind_front_socket
 from carme_runtime.front import verify_endpoint
 from carme_runtime.images import ImageError
@@ -173,8 +178,10 @@ def pick_free_port(host: str) -> int:
 
 
 def connection_info(
-    app: AppSpec, job_id: int, host: str, port: int, secret: str, app_port: int | None = None, app_socket: str = ""
+    app: AppSpec, job_id: int, host: str, port: int, app_key: str, app_port: int | None = None, app_socket: str = ""
 ) -> dict[str, object]:
+    """What the connection file holds: where the session is, and the app secret ``app_key`` (the user's token or
+    code-server password); never the session secret, from which the front key is derived."""
     return {
         "app_socket": app_socket,
         "isolation": app.isolation,
@@ -185,7 +192,7 @@ def connection_info(
         # a socket app has no TCP port at all
         "app_port": None if app.isolation == "socket" else (app_port if app_port is not None else port),
         "base_url": app.base_url(job_id),
-        "secret": secret,
+        "app_secret": app_key,
         "secret_mode": app.secret_mode,
     }
 
@@ -237,7 +244,9 @@ class LaunchPlan:
     """Everything decided before the app starts (pure: built by :func:`plan_launch`).
 
     ``host``/``port``: where the app listens (``127.0.0.1``); ``public_host``: where the front listens;
-    ``app_socket``: the Unix socket that leads to the app when it runs in its own network namespace.
+    ``app_socket``: the Unix socket that leads to the app when it runs in its own network namespace;
+    ``secret``: the session secret (front key, challenge), ``app_secret``: what the app was rendered with;
+    ``probe_headers``: the app's secret header for ``app_secret``, which the front adds to every request.
     """
 
     job_id: int
@@ -250,6 +259,7 @@ class LaunchPlan:
     readiness_path: str
     probe_headers: dict[str, str]
     secret: str
+    app_secret: str
     public_host: str = ""
     app_socket: str = ""
 
@@ -312,11 +322,12 @@ def plan_launch(
                 ExitCode.NETNS_UNAVAILABLE, f"{app.name} needs a socket directory (isolation = {app.isolation})"
             )
         app_socket = os.path.join(socket_dir, SOCKET_NAME)
+    app_key = app_secret(secret, job_id)  # the app never sees the session secret itself
     try:
         rendered = app.render(
             host=host,
             port=port,
-            secret=secret,
+            secret=app_key,
             job_id=job_id,
             workdir=workdir,
             logdir=env.get("CARME_LOGDIR"),
@@ -354,6 +365,8 @@ def plan_launch(
     base = {k: v for k, v in env.items() if k not in ("CARME_SESSION_SECRET", "SLURM_EXPORT_ENV")}
     app_env = {**(rendezvous or {}), **rendered.env, **datasets.session_env(home, config.datasets)}
     proc_env = runtime.environment(app_env, base)
+    if any(secret in v for v in (*argv, *proc_env.values())):
+        raise LaunchError(ExitCode.CONFIG, "the session secret would reach the app; refusing to start")
     return LaunchPlan(
         job_id=job_id,
         app=app,
@@ -363,8 +376,9 @@ def plan_launch(
         env=proc_env,
         workdir=workdir,
         readiness_path=rendered.readiness_path,
-        probe_headers=app.proxy_headers(secret),
+        probe_headers=app.proxy_headers(app_key),
         secret=secret,
+        app_secret=app_key,
         public_host=public_host or host,
         app_socket=app_socket,
     )
@@ -410,6 +424,7 @@ def run_launch(
         base_path=plan.app.base_url(plan.job_id),
         app_unix=plan.app_socket or None,
         strip_prefix=plan.app.strip_prefix,
+        app_headers=plan.probe_headers,
     ).start()
     try:
         return _run_app(
@@ -444,7 +459,7 @@ def _run_app(
     say: Callable[[str], None],
 ) -> int:
     info = connection_info(
-        plan.app, plan.job_id, public, front.port, plan.secret, app_port=plan.port, app_socket=plan.app_socket
+        plan.app, plan.job_id, public, front.port, plan.app_secret, app_port=plan.port, app_socket=plan.app_socket
     )
     path = write_connection_file(home, plan.job_id, info)
     say(f"connection details in {path}")

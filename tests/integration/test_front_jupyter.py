@@ -1,7 +1,8 @@
 """The session front in front of a real Jupyter Server: REST and a kernel websocket pass with the key, nothing without.
 
 No Slurm needed: Jupyter from the cached test venv (``tests/fixtures/carmeenvs.py``) on 127.0.0.1, the front from
-``carme_runtime.front`` on 127.0.0.1, as ``carme-launch`` starts them on a node.
+``carme_runtime.front`` on 127.0.0.1, as ``carme-launch`` starts them on a node: Jupyter's token is the app secret
+(``front.app_secret``), never the session secret, and the front adds it to every request itself.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import front
+from carme_runtime.apps import load_apps
 from carme_runtime.launch import pick_free_port
 from tests.fixtures.carmeenvs import ensure_jupyter_env
 
@@ -34,19 +36,25 @@ BASE = f"/proxy/{JOB}/"
 @dataclass
 class Served:
     front: front.Front
-    secret: str
+    secret: str  # the session secret S
+    app_port: int
 
-    def headers(self, *, key: bool = True, token: bool = True) -> dict[str, str]:
+    @property
+    def app_secret(self) -> str:
+        return front.app_secret(self.secret, JOB)
+
+    def headers(self, *, key: bool = True, token: bool = False) -> dict[str, str]:
+        """What nginx sends (the front key), plus, with ``token``, Jupyter's token from the client."""
         out: dict[str, str] = {}
         if key:
             out |= front.front_headers(self.secret, JOB)
         if token:
-            out["Authorization"] = f"token {self.secret}"
+            out["Authorization"] = f"token {self.app_secret}"
         return out
 
 
 def request(port: int, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # the front's port, or Jupyter's own
     try:
         conn.request(method, path, body=body, headers=headers)
         resp = conn.getresponse()
@@ -75,15 +83,22 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     child_env = {
         "PATH": f"{env / 'bin'}:/usr/bin:/bin",
         "HOME": str(tmp),
-        "JUPYTER_TOKEN": secret,
+        "JUPYTER_TOKEN": front.app_secret(secret, JOB),  # as carme-launch renders jupyterlab.toml
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
     }
     log = (tmp / "jupyter.log").open("wb")
     proc = subprocess.Popen(argv, env=child_env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
+    app_headers = load_apps([])["jupyterlab"].proxy_headers(front.app_secret(secret, JOB))
     fr = front.start_front(
-        "127.0.0.1", app_host="127.0.0.1", app_port=app_port, secret=secret, job_id=JOB, base_path=BASE
+        "127.0.0.1",
+        app_host="127.0.0.1",
+        app_port=app_port,
+        secret=secret,
+        job_id=JOB,
+        base_path=BASE,
+        app_headers=app_headers,
     )
-    s = Served(fr, secret)
+    s = Served(fr, secret, app_port)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -107,11 +122,28 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         log.close()
 
 
-def test_rest_needs_the_key_and_the_token(served: Served) -> None:
+def test_rest_needs_the_key_and_the_front_adds_the_token(served: Served) -> None:
     port = served.front.port
-    assert request(port, "GET", BASE + "api/status", served.headers())[0] == 200
-    assert request(port, "GET", BASE + "api/status", served.headers(key=False))[0] == 403  # the front
-    assert request(port, "GET", BASE + "api/contents", served.headers(token=False))[0] in (401, 403)  # Jupyter
+    assert request(port, "GET", BASE + "api/contents", served.headers())[0] == 200  # the key alone, as from nginx
+    assert request(port, "GET", BASE + "api/contents", served.headers(key=False, token=True))[0] == 403  # the front
+    forged = served.headers() | {"Authorization": "token forged"}
+    assert request(port, "GET", BASE + "api/contents", forged)[0] == 200  # the front's token replaces the client's
+    # Jupyter itself still checks its token: the app secret, and not the session secret
+    app = served.app_port
+    assert request(app, "GET", BASE + "api/contents", {})[0] in (401, 403)
+    assert request(app, "GET", BASE + "api/contents", {"Authorization": f"token {served.secret}"})[0] in (401, 403)
+    assert request(app, "GET", BASE + "api/contents", served.headers(key=False, token=True))[0] == 200
+
+
+def test_the_pages_hold_the_app_secret_and_never_the_session_secret(served: Served) -> None:
+    """JupyterLab writes its token into its pages: a script that reads them learns the app secret, from which
+    the front key cannot be computed, and with which the front answers 403."""
+    status, page = request(served.front.port, "GET", BASE + "lab", served.headers())
+    assert status == 200, page[:300]
+    assert served.secret.encode() not in page
+    assert front.front_key(served.secret, JOB).encode() not in page
+    leaked = {"Authorization": f"token {served.app_secret}", front.FRONT_HEADER: served.app_secret}
+    assert request(served.front.port, "GET", BASE + "api/contents", leaked)[0] == 403
 
 
 def ws_frame(text: str) -> bytes:
@@ -160,11 +192,11 @@ def test_a_kernel_websocket_passes_through_the_front(served: Served) -> None:
     kernel = json.loads(body)["id"]
     channels = f"{BASE}api/kernels/{kernel}/channels"
     try:
-        refused, head = upgrade(port, channels, served.headers(key=False))
+        refused, head = upgrade(port, channels, served.headers(key=False, token=True))
         refused.close()
         assert head.startswith(b"HTTP/1.1 403"), head[:100]
 
-        sock, head = upgrade(port, channels, served.headers())
+        sock, head = upgrade(port, channels, served.headers())  # the front adds Jupyter's token to the upgrade
         assert head.startswith(b"HTTP/1.1 101"), head[:300]
         msg = {
             "header": {

@@ -3,7 +3,8 @@
 * A JupyterLab session with one GPU is submitted through the package's own submission path
   (:func:`carme_runtime.sessions.submit_with_sbatch`, run as alice), ``carme-launch`` starts a real JupyterLab
   from the ``none`` runtime's venv (``/opt/carme-test-envs/jupyter``), publishes ``carme:v1;...;state=ready``
-  in the job comment, answers HTTP only with its secret and sees exactly one GPU.
+  in the job comment, answers HTTP only with its front key (the front adds Jupyter's token, the app secret; the
+  session secret itself reaches neither the app nor the connection file) and sees exactly one GPU.
 * bob cannot read alice's connection details.
 * The node's Prolog/Epilog are the carme hooks (fixture shims): a malformed hook environment logs one clear
   line and the node is not drained; the job still runs.
@@ -34,6 +35,7 @@ import pytest
 
 from carme_runtime.apps import AppSpec
 from carme_runtime.apps import load_apps
+from carme_runtime.front import app_secret
 from carme_runtime.front import front_headers
 from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
@@ -212,16 +214,15 @@ def test_session_becomes_ready_and_publishes_where_it_listens(host_slurm: HostSl
 
 def test_session_answers_only_with_its_secret(jupyter_session: Session) -> None:
     s = jupyter_session
-    url = s.base + "api/status"
+    url = s.base + "api/contents"
     key = front_headers(s.secret, s.job_id)  # the published port is the session front (carme_runtime.front)
-    assert http_status(url, s.app.proxy_headers(s.secret) | key) == 200
-    assert http_status(url, {"Authorization": f"token {s.secret}"} | key) == 200
-    assert http_status(url, s.app.proxy_headers(s.secret)) == 403  # the token alone does not pass the front
-    assert http_status(url, key) in (401, 403)  # nor the key alone: Jupyter still wants its token
-    assert http_status(url) in (401, 403)
-    assert http_status(url, {"Authorization": "token " + secrets.token_urlsafe(32)}) in (401, 403)
-    # the UI itself sends an anonymous browser to the login page instead of serving it
-    assert http_status(s.base + "api/contents") in (401, 403)
+    token = s.app.proxy_headers(app_secret(s.secret, s.job_id))  # Jupyter's token: the app secret
+    assert http_status(url, key) == 200  # the key alone, as nginx sends it: the front adds Jupyter's token
+    assert http_status(url, {"Authorization": "token forged"} | key) == 200  # replaced by the front's own
+    assert http_status(url, token) == 403  # the token (which Jupyter writes into its pages) does not pass the front
+    assert http_status(url, {"Authorization": f"token {s.secret}"}) == 403
+    assert http_status(url) == 403
+    assert http_status(url, {"Authorization": "token " + secrets.token_urlsafe(32)}) == 403
 
 
 def job_pids(cluster: HostSlurm, job_id: int) -> list[int]:
@@ -253,8 +254,9 @@ def test_session_sees_exactly_one_gpu(host_slurm: HostSlurm, jupyter_session: Se
     cvd = env.get("CUDA_VISIBLE_DEVICES", "")
     assert cvd != "" and len(cvd.split(",")) == 1, env.get("CUDA_VISIBLE_DEVICES")
     assert len(env.get("SLURM_JOB_GPUS", "").split(",")) == 1, env.get("SLURM_JOB_GPUS")
-    assert "CARME_SESSION_SECRET" not in env  # the app gets the secret only as JUPYTER_TOKEN
-    assert env.get("JUPYTER_TOKEN") == s.secret
+    assert "CARME_SESSION_SECRET" not in env  # the app gets only the app secret, as JUPYTER_TOKEN
+    assert env.get("JUPYTER_TOKEN") == app_secret(s.secret, s.job_id) != s.secret
+    assert not any(s.secret in v for v in env.values())
     assert env.get("VIRTUAL_ENV") == str(Path(env["PATH"].split(":")[0]).parent)
 
 
@@ -262,7 +264,8 @@ def test_connection_details_are_private_to_the_user(host_slurm: HostSlurm, jupyt
     s = jupyter_session
     path = host_slurm.home(s.user) / ".carme" / "sessions" / f"{s.job_id}.json"
     info = json.loads(path.read_text())
-    assert info["secret"] == s.secret and info["port"] == s.port and info["host"] == s.host
+    assert info["app_secret"] == app_secret(s.secret, s.job_id) and info["port"] == s.port and info["host"] == s.host
+    assert "secret" not in info and s.secret not in path.read_text()  # the session secret stays with the launcher
     st = path.stat()
     assert stat.S_IMODE(st.st_mode) == 0o600
     assert st.st_uid == pwd.getpwnam(s.user).pw_uid
@@ -358,8 +361,8 @@ def test_session_submitted_through_slurmrestd(host_slurm: HostSlurm, jupyter_env
         assert fields["UserId"].startswith(f"{user}("), fields
         assert fields["TresPerNode"] == "gres:gpu:1", fields
         base = f"http://{parsed['host']}:{parsed['port']}{app.base_url(job_id)}"
-        assert http_status(base + "api/status", app.proxy_headers(secret) | front_headers(secret, job_id)) == 200
-        assert http_status(base + "api/status") in (401, 403)
+        assert http_status(base + "api/status", front_headers(secret, job_id)) == 200
+        assert http_status(base + "api/status", app.proxy_headers(app_secret(secret, job_id))) == 403
     finally:
         host_slurm.run(["scancel", str(job_id)], check=False)
         host_slurm.wait_job(job_id, timeout=120)

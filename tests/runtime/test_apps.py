@@ -4,12 +4,16 @@ from pathlib import Path
 
 import pytest
 
+from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.apps import AppSpecError
 from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
+from carme_runtime.front import app_secret
 
-SECRET = "s3cr3t-" + "x" * 40
+SESSION_SECRET = "s3cr3t-" + "x" * 40
+#: what carme-launch renders the apps with (never the session secret itself)
+SECRET = app_secret(SESSION_SECRET, 77)
 
 
 SOCK = "/tmp/carme-77-abc/app.sock"
@@ -17,9 +21,7 @@ SOCK = "/tmp/carme-77-abc/app.sock"
 
 def render(name: str, secret: str = SECRET):
     app = load_apps([])[name]
-    return app.render(
-        host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice", socket=SOCK
-    )
+    return app.render(host="10.0.0.5", port=41234, secret=secret, job_id=77, workdir="/home/alice", socket=SOCK)
 
 
 def test_builtin_apps_load() -> None:
@@ -47,6 +49,16 @@ def test_jupyterlab_argv_and_token() -> None:
     assert r.readiness_path == "/proxy/77/api/status"
     assert not any("41234" in a or "10.0.0.5" in a for a in r.argv)  # no TCP port at all
     assert load_apps([])["jupyterlab"].proxy_headers(SECRET) == {"Authorization": f"token {SECRET}"}
+
+
+@pytest.mark.parametrize("name", ["jupyterlab", "code-server", "tensorboard"])
+def test_rendered_with_the_app_secret_the_session_secret_appears_nowhere(name: str) -> None:
+    r = render(name)
+    rendered = [*r.argv, *r.env.values(), r.readiness_path]
+    assert not any(SESSION_SECRET in v for v in rendered)
+    if load_apps([])[name].secret_mode != "proxy":
+        assert SECRET in r.env.values()
+    assert len(SECRET) >= MIN_SECRET_LENGTH
 
 
 def test_code_server_uses_password_auth_from_env() -> None:

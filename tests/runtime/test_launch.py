@@ -23,18 +23,21 @@ from carme_runtime.config import RuntimeConfig
 from carme_runtime.exit_codes import ExitCode
 from tests.fixtures.net import serve_http
 
-SECRET = "s3cr3t-" + "x" * 40
+SECRET = "s3cr3t-" + "x" * 40  # the session secret (CARME_SESSION_SECRET)
+APP_SECRET = front.app_secret(SECRET, 77)  # what the app gets as its token or password
 
-# The "app": answers 403 without the token header, 200 with it, then exits 0.
+# The "app": records its argv and environment in ./seen.json, answers 403 without the token header, 200 with it,
+# then exits 0 (after the first good request, or with a 3rd argument "quit" after a good request to .../quit).
 CHILD = r"""
-import http.server, os, sys
+import http.server, json, os, sys
+json.dump(dict(argv=sys.argv, env=dict(os.environ)), open("seen.json", "w"))  # no braces: argv is a template
 token = os.environ["MYAPP_TOKEN"]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         ok = self.headers.get("Authorization") == "token " + token
         self.send_response(200 if ok else 403)
         self.end_headers()
-        self.server.done = ok
+        self.server.done = ok and (sys.argv[3:] != ["quit"] or self.path.endswith("/quit"))
     def log_message(self, *a):
         pass
 srv = http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H)
@@ -80,7 +83,7 @@ def config(tmp_path: Path) -> RuntimeConfig:
 
 class TokenHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        ok = self.headers.get("Authorization") == f"token {SECRET}"
+        ok = self.headers.get("Authorization") == f"token {APP_SECRET}"
         self.send_response(200 if ok else 403)
         self.end_headers()
 
@@ -96,7 +99,7 @@ def token_server() -> Iterator[int]:
 
 def test_probe_http_with_and_without_secret(token_server: int) -> None:
     assert launch.probe_http("127.0.0.1", token_server, "/", {}, 5.0) == 403
-    assert launch.probe_http("127.0.0.1", token_server, "/", {"Authorization": f"token {SECRET}"}, 5.0) == 200
+    assert launch.probe_http("127.0.0.1", token_server, "/", {"Authorization": f"token {APP_SECRET}"}, 5.0) == 200
     assert not launch.is_ready_status(403)
     assert launch.is_ready_status(200)
 
@@ -109,13 +112,13 @@ def test_probe_http_nothing_listening() -> None:
 def test_connection_file_mode_0600_in_0700_dir(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        path = launch.write_connection_file(str(tmp_path), 77, {"secret": SECRET, "port": 1})
+        path = launch.write_connection_file(str(tmp_path), 77, {"app_secret": APP_SECRET, "port": 1})
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / ".carme").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(tmp_path / ".carme" / "sessions").st_mode) == 0o700
-    assert json.loads(Path(path).read_text())["secret"] == SECRET
+    assert json.loads(Path(path).read_text())["app_secret"] == APP_SECRET
 
 
 def test_connection_file_refuses_symlinked_dir(tmp_path: Path) -> None:
@@ -138,7 +141,11 @@ def test_launch_end_to_end_with_real_child(tmp_path: Path, fake_runner) -> None:
     conn = tmp_path / "home" / ".carme" / "sessions" / "77.json"
     info = json.loads(conn.read_text())
     assert info["host"] == "127.0.0.1"
-    assert info["secret"] == SECRET
+    assert info["app_secret"] == APP_SECRET  # the user's token / password: never the session secret
+    assert "secret" not in info and SECRET not in conn.read_text()
+    seen = json.loads((tmp_path / "seen.json").read_text())  # what the app process really got
+    assert seen["env"]["MYAPP_TOKEN"] == APP_SECRET and "CARME_SESSION_SECRET" not in seen["env"]
+    assert not any(SECRET in v for v in [*seen["argv"], *seen["env"].values()])
     assert info["base_url"] == "/proxy/77/"
     assert info["app_port"] != info["port"]  # the app is behind the front
     assert front.PORT_RANGE[0] <= info["port"] <= front.PORT_RANGE[1]
@@ -213,10 +220,12 @@ def test_plan_for_jupyter_in_apptainer(tmp_path: Path) -> None:
     assert plan.argv[6] == f"{home}:{home},{sockets}:{sockets}"  # the app's socket directory, seen outside too
     assert plan.argv[7] == "/opt/images/pytorch.sif"
     assert plan.argv[8:10] == ["jupyter", "lab"]
-    assert plan.env["APPTAINERENV_JUPYTER_TOKEN"] == SECRET
+    assert plan.env["APPTAINERENV_JUPYTER_TOKEN"] == APP_SECRET
     assert "CARME_SESSION_SECRET" not in plan.env
     assert not any(SECRET in a for a in plan.argv)
-    assert plan.probe_headers == {"Authorization": f"token {SECRET}"}
+    assert not any(SECRET in v for v in plan.env.values())
+    assert plan.probe_headers == {"Authorization": f"token {APP_SECRET}"}
+    assert plan.secret == SECRET and plan.app_secret == APP_SECRET
     assert plan.readiness_path == "/proxy/77/api/status"
 
 
