@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -76,6 +77,37 @@ def choice(form: Mapping[str, Any], name: str, options: list[str] | set[str] | t
         raise FieldError(name, "is required")
     if value not in options:
         raise FieldError(name, "is not one of the offered choices")
+    return value
+
+
+#: the characters a path the portal hands to a node may have: no whitespace, control or shell characters
+PATH_CHARS = re.compile(r"[A-Za-z0-9_.+/-]")
+#: trees nothing the portal runs may come from: anyone may write there, or the kernel makes them up
+SHARED_TREES = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run")
+#: the system's own directories, never a path of their own (an image or environment lies below them)
+SYSTEM_DIRS = frozenset(
+    {"/", "/bin", "/boot", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt", "/root", "/sbin", "/srv"}
+    | {"/usr", "/usr/bin", "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/lib"}
+)
+
+
+def absolute_path(value: str, name: str, label: str) -> str:
+    """``value`` if it is an absolute, normalised path of plain characters outside the system's own and the shared
+    directories; else a :class:`FieldError` naming the field ``name`` and the ``label`` the form shows for it."""
+    bad = next((ch for ch in value if not PATH_CHARS.fullmatch(ch)), None)
+    if bad is not None:
+        raise FieldError(name, f"{label} may have letters, digits and _ . + - / only, not {bad!r}")
+    if ".." in value.split("/"):
+        raise FieldError(name, f"{label} must not go up a directory (..)")
+    if not value.startswith("/"):
+        raise FieldError(name, f"{label} must be an absolute path (start with /)")
+    if posixpath.normpath(value) != value or "//" in value:
+        raise FieldError(name, f"{label} must be a normalised path (no //, /./ or / at the end)")
+    if value in SYSTEM_DIRS:
+        raise FieldError(name, f"{label} must not be the system directory {value}")
+    shared = next((t for t in SHARED_TREES if value == t or value.startswith(t + "/")), None)
+    if shared is not None:
+        raise FieldError(name, f"{label} must not lie in {shared} (anyone may write there, or the kernel fills it)")
     return value
 
 

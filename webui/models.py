@@ -140,6 +140,19 @@ class PortalSession(Base):
     reservation: Mapped[str | None] = mapped_column(String(100))  # the Slurm reservation it runs in, if any
 
 
+class SessionStart(Base):
+    """A session start in flight (security issue #27): recorded with the count of the user's sessions under their
+    lock (``webui.session_limit``), deleted in the transaction that records the ``PortalSession``, or when the
+    submission failed. It counts against the session limit meanwhile, so concurrent starts cannot all pass the same
+    count; one older than ``session_limit.CLAIM_SECONDS`` (its worker died) counts no more."""
+
+    __tablename__ = "session_start"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+
+
 class News(Base):
     __tablename__ = "news"
 
@@ -239,5 +252,6 @@ __all__ = [
     "PortalSession",
     "QuotaPolicy",
     "ReservationRequest",
+    "SessionStart",
     "User",
 ]

@@ -35,6 +35,7 @@ from webui.reservations_slurm import ReservationState
 from webui.security import CurrentUser
 from webui.security import audit
 from webui.slurmrestd import SlurmError
+from webui.user_lock import lock_user
 
 PENDING, APPROVED, DECLINED, FAILED, CANCELLED = "pending", "approved", "declined", "failed", "cancelled"
 FORM_TIME = "%Y-%m-%dT%H:%M"  # <input type="datetime-local">
@@ -165,6 +166,19 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     state = slurm_state()
     if state.error and not state.fetched_at:
         raise SlurmError(state.error)
+    used = session_service.gpu_hours_used(user.username)
+    budget = session_service.effective_policy(user.username).gpu_hours_per_month
+    # From here to the commit, one request of this user at a time (security issue #27): the same request sent twice
+    # at once became two rows, each decided without the other. Their open requests are read under the lock.
+    lock_user(user.username)
+    same = _same_request(user.username, gpus, nodes, start, end)
+    if same is not None:
+        if same.status == PENDING:
+            message = f"Request {same.id} for this time is recorded already and waits for an administrator."
+        else:
+            message = f"Reservation {same.name} for this time exists already."
+        db.session.rollback()
+        return same, message
     now = utcnow()
     request = Window(start, end, gpus)
     try:
@@ -174,8 +188,8 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
             nodes,
             now,
             own=own_windows(user.username, state),
-            used_gpu_hours=session_service.gpu_hours_used(user.username),
-            budget_gpu_hours=session_service.effective_policy(user.username).gpu_hours_per_month,
+            used_gpu_hours=used,
+            budget_gpu_hours=budget,
         )
     except PolicyRefused as exc:
         raise forms.FieldError(exc.field, exc.message) from exc
@@ -203,6 +217,21 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     if row.status == FAILED:
         return row, f"Slurm refused the reservation: {row.reason}"
     return row, f"Request {row.id} waits for an administrator: {decision.reason}."
+
+
+def _same_request(
+    username: str, gpus: int, nodes: int, start: dt.datetime, end: dt.datetime
+) -> ReservationRequest | None:
+    """The user's open request or reservation for exactly this window and these resources (a second click)."""
+    stmt = select(ReservationRequest).where(
+        ReservationRequest.username == username,
+        ReservationRequest.gpus == gpus,
+        ReservationRequest.nodes == nodes,
+        ReservationRequest.start_at == start,
+        ReservationRequest.end_at == end,
+        ReservationRequest.status.in_((PENDING, APPROVED)),
+    )
+    return db.session.execute(stmt.order_by(ReservationRequest.id).limit(1)).scalars().first()
 
 
 def reservation_partition() -> str | None:

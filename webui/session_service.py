@@ -28,6 +28,7 @@ from carme_runtime.sessions import SessionLimits
 from carme_runtime.slurm_formats import parse_comment
 from webui import forms
 from webui import pending_reasons
+from webui import session_limit
 from webui.caches import TTLMap
 from webui.cluster_state import ClusterState
 from webui.cluster_state import Endpoint
@@ -354,7 +355,16 @@ FRESH_STATE_SECONDS = 1.0
 
 
 def _active_sessions(username: str, state: ClusterState) -> list[PortalSession]:
-    return [ps for ps in my_portal_sessions(username) if (job := state.job(ps.job_id)) is not None and job.active]
+    """The user's sessions whose jobs are active in ``state``, and those recorded too late to be in it (another
+    worker's start that finished meanwhile: :data:`CREATED_AT_PRECISION_S`, as in :func:`session_views`)."""
+
+    def counts(ps: PortalSession) -> bool:
+        job = state.job(ps.job_id)
+        if job is not None:
+            return job.active
+        return ps.ended_at is None and state.fetched_at < ps.created_at.timestamp() + CREATED_AT_PRECISION_S
+
+    return [ps for ps in my_portal_sessions(username) if counts(ps)]
 
 
 def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
@@ -398,7 +408,8 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     active = _active_sessions(user.username, state)
     if len(active) >= limits["max_sessions"]:
         # the snapshot may be seconds old: a session the user has just stopped must not count against her
-        active = _active_sessions(user.username, scheduler().state(max_age=FRESH_STATE_SECONDS))
+        state = scheduler().state(max_age=FRESH_STATE_SECONDS)
+        active = _active_sessions(user.username, state)
     if len(active) >= limits["max_sessions"]:
         raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {limits['max_sessions']}")
     if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"
@@ -440,33 +451,42 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         nodes=nodes,
     )
     secret = secrets.token_urlsafe(32)
-    try:
-        job_id = scheduler().submit(spec, secret)
-    except SessionInvalid as exc:
-        raise forms.FieldError(exc.field, exc.message) from exc
-    record = PortalSession(
-        job_id=job_id,
-        owner=user.username,
-        app=app,
-        image=image.name,
-        gpus=gpus,
-        partition=partition,
-        time_minutes=time_minutes,
-        secret=secret,
-        created_at=utcnow(),
-        reservation=spec.reservation,
-    )
-    db.session.add(record)
-    audit("session.start", str(job_id), app=app, image=image.name, gpus=gpus, partition=partition, nodes=nodes)
-    try:
-        db.session.commit()
-    except Exception:
-        db.session.rollback()
-        try:  # never leave a job running that nobody can reach or see
-            scheduler().cancel(job_id, as_user=user.username)
-        except SlurmError:
-            current_app.logger.exception("could not cancel orphaned job %s", job_id)
-        raise
+    image_name = image.name  # the claim's commit expires the catalogue row: no read of it after the count
+
+    def count() -> int:
+        return len(_active_sessions(user.username, state))
+
+    # Counted again under the user's lock with the starts in flight, and this one recorded as in flight (security
+    # issue #27: concurrent starts all passed the count above); the submission runs outside the lock.
+    with session_limit.claimed(user.username, limits["max_sessions"], count) as claim:
+        try:
+            job_id = scheduler().submit(spec, secret)
+        except SessionInvalid as exc:
+            raise forms.FieldError(exc.field, exc.message) from exc
+        record = PortalSession(
+            job_id=job_id,
+            owner=user.username,
+            app=app,
+            image=image_name,
+            gpus=gpus,
+            partition=partition,
+            time_minutes=time_minutes,
+            secret=secret,
+            created_at=utcnow(),
+            reservation=spec.reservation,
+        )
+        db.session.add(record)
+        claim.settle()  # in the record's transaction: from its commit on the session counts itself
+        audit("session.start", str(job_id), app=app, image=image_name, gpus=gpus, partition=partition, nodes=nodes)
+        try:
+            db.session.commit()
+        except Exception:
+            db.session.rollback()
+            try:  # never leave a job running that nobody can reach or see
+                scheduler().cancel(job_id, as_user=user.username)
+            except SlurmError:
+                current_app.logger.exception("could not cancel orphaned job %s", job_id)
+            raise
     return record
 
 

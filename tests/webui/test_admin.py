@@ -147,3 +147,51 @@ def test_audit_log_shows_details_literally(app: Flask, client: Any) -> None:
     page = client.get("/admin/audit").get_data(as_text=True)
     assert f'<code class="pre">{escape(title)}</code>' in page
     assert "<b>bold</b>" not in page
+
+
+IMAGE_FORM = {"name": "tf", "kind": "image", "allowed_apps": "jupyterlab", "description": ""}
+DIGEST = "@sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("image", "says"),
+    [
+        ("/tmp", "must not lie in /tmp"),
+        ("/tmp/evil.sif", "must not lie in /tmp"),
+        ("..", "must not go up a directory (..)"),
+        ("/var/lib/carme/images/../../etc", "must not go up a directory (..)"),
+        ("a;b", "not &#39;;&#39;"),
+        ("x y", "not &#39; &#39;"),
+        ("images/tf.sif", "must be an absolute path"),
+        ("/var/lib/carme//images/tf.sif", "must be a normalised path"),
+        ("/var/lib/carme/images/", "must be a normalised path"),
+        ("/etc", "must not be the system directory /etc"),
+        ("/", "must not be the system directory /"),
+        ("/images/tf.sif$(id)", "not &#39;$&#39;"),
+        ("/images/tf.sif@sha256:xyz", "not &#39;@&#39;"),
+    ],
+)
+def test_image_form_refuses_paths_that_are_not_images(app: Flask, client: Any, image: str, says: str) -> None:
+    log_in_as(app, client, "carol", admin=True)
+    resp = post(client, "/admin/images", {**IMAGE_FORM, "image": image})
+    page = resp.get_data(as_text=True)
+    assert resp.status_code == 400
+    assert "image: Image path or environment " in page, page  # the field, by the label the admin sees too
+    assert says in page, page
+    with app.app_context():
+        assert db.session.query(ImageCatalog).filter_by(name="tf").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "image"),
+    [
+        ("image", "/images/tf.sif"),
+        ("container", "/var/lib/carme/images/carme-base-1.0" + DIGEST),
+        ("environment", "/opt/carme/envs/jupyter"),
+    ],
+)
+def test_image_form_stores_a_good_path(app: Flask, client: Any, kind: str, image: str) -> None:
+    log_in_as(app, client, "carol", admin=True)
+    assert post(client, "/admin/images", {**IMAGE_FORM, "kind": kind, "image": image}).status_code == 302
+    with app.app_context():
+        assert db.session.query(ImageCatalog).filter_by(name="tf").one().image == image

@@ -19,6 +19,7 @@ from flask import url_for
 from sqlalchemy import select
 from werkzeug.wrappers import Response
 
+from carme_runtime.images import split_reference
 from webui import forms
 from webui import monitoring
 from webui import session_service
@@ -42,6 +43,8 @@ bp = Blueprint("admin", __name__, url_prefix="/admin")
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
 APP = r"[a-z0-9][a-z0-9_-]{0,63}"
+#: the image form's label of the ``image`` field (admin/images.html), named in its errors
+IMAGE_LABEL = "Image path or environment"
 
 
 @bp.before_request
@@ -118,6 +121,7 @@ def images() -> Any:
     if request.method == "POST":
         name = forms.text(request.form, "name", max_len=64, pattern=NAME)
         image = forms.text(request.form, "image", max_len=255)
+        forms.absolute_path(split_reference(image)[0], "image", IMAGE_LABEL)  # the digest of PATH@sha256:HEX aside
         kind = forms.choice(request.form, "kind", ["container", "image", "environment"])
         description = forms.text(request.form, "description", max_len=2000, required=False, multiline=True)
         apps_raw = forms.text(request.form, "allowed_apps", max_len=500)
