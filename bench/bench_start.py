@@ -184,8 +184,13 @@ def squeue_loop():
         known, first = now, False
         time.sleep(SQUEUE_S)
 def probe(info):
+    # The connection file no longer holds the session secret (issue 27: nothing the app can read opens its front):
+    # without it the front cannot be probed from here, and the listening/direct_200 milestones are not measured.
+    if "secret" not in info:
+        emit(ev="probe_skipped", job=int(info["job_id"]), why="no session secret in the connection file")
+        return
     job, secret, base = int(info["job_id"]), info["secret"], info["base_url"]
-    headers = {**front_headers(secret, job), "Authorization": "token " + secret}
+    headers = front_headers(secret, job)
     deadline = time.time() + PROBE_FOR
     stage, path, code = "listening", base + "api/status", None
     while time.time() < deadline:

@@ -23,6 +23,7 @@ from werkzeug.exceptions import BadRequest
 
 from carme_runtime.apps import AppSpec
 from carme_runtime.front import PORT_RANGE
+from carme_runtime.front import app_secret
 from carme_runtime.front import front_headers
 from carme_runtime.sessions import SessionLimits
 from carme_runtime.slurm_formats import parse_comment
@@ -584,17 +585,17 @@ def _verified_endpoint(state: ClusterState, job: Job, secret: str) -> Endpoint |
     return ep
 
 
-def upstream_headers(spec: AppSpec | None, secret: str, job_id: int) -> dict[str, str]:
-    """What nginx adds to each proxied request: the app's own secret header and the session front's key."""
-    headers = spec.proxy_headers(secret) if spec is not None else {}
-    return {**headers, **front_headers(secret, job_id)}
+def upstream_headers(secret: str, job_id: int) -> dict[str, str]:
+    """What nginx adds to each proxied request: the session front's key. The app's own token (Jupyter's) is the
+    front's to add: it never passes through the portal, nginx or the browser (carme_runtime.front.app_secret)."""
+    return front_headers(secret, job_id)
 
 
 def _endpoint_ready(ep: Endpoint, job_id: int, secret: str, spec: AppSpec) -> bool:
     """Proven to be the session's front, and the app behind it answers its readiness path."""
     if not scheduler().verify_endpoint(ep, job_id, secret):
         return False
-    return scheduler().app_answers(ep, readiness_path(spec, job_id), upstream_headers(spec, secret, job_id))
+    return scheduler().app_answers(ep, readiness_path(spec, job_id), upstream_headers(secret, job_id))
 
 
 #: MariaDB's DATETIME keeps whole seconds: a ``created_at`` read back is up to 1 s off the moment it was taken (the
@@ -658,9 +659,7 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
             ready = ep is not None and (not probe or _endpoint_ready(ep, ps.job_id, ps.secret, spec))
         young = now - ps.created_at.timestamp() < STARTING_WINDOW_SECONDS
         # running, its app not yet ready: shown from fresh state; pending: the dashboard watches for it to run
-        starting = (
-            young and not ready and job.state == "RUNNING" and not lost and not _launch_failed(job)
-        )
+        starting = young and not ready and job.state == "RUNNING" and not lost and not _launch_failed(job)
         out.append(
             {
                 "job_id": ps.job_id,
@@ -681,7 +680,10 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
                 "watch": starting or (young and job.state == "PENDING"),
                 "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
                 # Password apps (code-server) ask the owner for the session password at first connect.
-                "password": ps.secret if ready and spec is not None and spec.secret_mode == "password" else None,
+                # The app's password, never the session secret (the front's key is derived from that).
+                "password": app_secret(ps.secret, ps.job_id)
+                if ready and spec is not None and spec.secret_mode == "password"
+                else None,
             }
         )
     if changed:
@@ -724,7 +726,7 @@ def _unknown_view(ps: PortalSession, reason: str = "scheduler unreachable") -> d
 class ProxyTarget:
     endpoint: Endpoint
     secret: str
-    headers: Mapping[str, str]  # what the proxy adds upstream (Authorization: token ..., X-Carme-Front)
+    headers: Mapping[str, str]  # what the proxy adds upstream (X-Carme-Front)
 
 
 @dataclass(frozen=True)
@@ -811,7 +813,7 @@ def _target_for(grant: ProxyGrant, job_id: int) -> ProxyTarget:
         abort(404, description="The session is not running.")
     if ep is None:
         abort(404, description="The session is not ready yet.")
-    return ProxyTarget(ep, grant.secret, upstream_headers(app_spec(grant.app), grant.secret, job_id))
+    return ProxyTarget(ep, grant.secret, upstream_headers(grant.secret, job_id))
 
 
 #: a Slurm job id as the portal's URLs carry it: ASCII digits only (str.isdigit() also takes "²", which int() refuses,

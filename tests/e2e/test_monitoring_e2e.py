@@ -33,9 +33,9 @@ def test_carol_sees_node_health_for_every_node(demo: Demo) -> None:
         html = page.content()
         missing = [n for n in NODES if page.query_selector(f"section.node-health[data-node='{n}']") is None]
         no_ping = [
-            n for n in NODES
-            if n not in missing
-            and "Agent" not in page.inner_text(f"section.node-health[data-node='{n}'] table.values")
+            n
+            for n in NODES
+            if n not in missing and "Agent" not in page.inner_text(f"section.node-health[data-node='{n}'] table.values")
         ]
         if not missing and not no_ping and 'data-banner="monitoring"' not in html:
             break
