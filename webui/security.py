@@ -289,9 +289,9 @@ def audit(action: str, target: str = "", **details: Any) -> None:
 # * LOGIN_USER_MAX_FAILURES (15) failures of one user from all addresses within LOGIN_USER_WINDOW_SECONDS (900)
 #   (sliding) refuse every address the user has not logged in from in LOGIN_TRUSTED_SOURCE_DAYS (30), until the
 #   count drops below 15. That bounds a guesser with many addresses to 15 tries per 15 minutes (about 1,400 a day,
-#   and a TOTP code is still needed), and keeps the portal below the directory's own lockout
-#   (ldap_server_ppolicy_max_failure: 20 binds per 900 s), which would lock the user out of ssh too. The user's
-#   own computers (addresses of a recent full login) are never refused by it.
+#   and a TOTP code is still needed). The directory has no account lockout that others could trigger: it takes
+#   users' password binds only from the portal and login hosts (ldap_server_password_auth_peers, docs/identity.md).
+#   The user's own computers (addresses of a recent full login) are never refused by it.
 # * Failed attempts never end a user's open logins.
 
 

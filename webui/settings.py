@@ -61,7 +61,7 @@ USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
 # Failed attempts: the reasons for these numbers are in webui/security.py ("failed attempts").
 LOGIN_MAX_FAILURES = 10  # per user and client address, within LOGIN_LOCKOUT_SECONDS ...
 LOGIN_LOCKOUT_SECONDS = 900  # ... refuse that address for that user this long
-LOGIN_USER_MAX_FAILURES = 15  # per user from all addresses within LOGIN_USER_WINDOW_SECONDS (below LDAP ppolicy 20)
+LOGIN_USER_MAX_FAILURES = 15  # per user from all addresses within LOGIN_USER_WINDOW_SECONDS
 LOGIN_USER_WINDOW_SECONDS = 900  # ... refuse addresses without a full login in LOGIN_TRUSTED_SOURCE_DAYS
 LOGIN_TRUSTED_SOURCE_DAYS = 30
 LOGIN_BACKOFF_BASE_SECONDS = 0.25  # grows with each failure, capped below
