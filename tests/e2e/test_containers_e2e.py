@@ -20,21 +20,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
-from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.demo import wait_connect_button
 from tests.fixtures.demo import wait_gone
+from tests.fixtures.jupyterlab import new_notebook
+from tests.fixtures.jupyterlab import open_lab
+from tests.fixtures.jupyterlab import run_cell
 
-CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
 IMAGE = os.environ.get("CARME_E2E_CONTAINER_IMAGE", "base")
 NODE = os.environ.get("CARME_E2E_NODE", "carme-demo-node1")
 IMAGE_PATH = os.environ.get("CARME_E2E_CONTAINER_PATH", "/var/lib/carme/images/carme-base-1.0")  # on the nodes
@@ -70,34 +71,15 @@ def test_alice_starts_jupyterlab_in_a_container_image(session: AliceSession) -> 
     session.job_id = start(page, IMAGE)
     assert session.job_id > 0
     session.demo.steps.shot(page, "alice-container-submitted")
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while page.query_selector(f"tr[data-job='{session.job_id}'] a.connect") is None:
-        row = page.query_selector(f"tr[data-job='{session.job_id}']")
-        state = page.inner_text(f"tr[data-job='{session.job_id}'] td:nth-child(4)") if row else "gone"
-        why = f"{state}; {job_comment(session.job_id)}"
-        assert time.monotonic() < deadline, f"no Connect after {CONNECT_TIMEOUT_S:.0f} s ({why})"
-        assert state != "gone" and not state.startswith(("FAILED", "CANCELLED", "COMPLETED", "TIMEOUT")), state
-        time.sleep(3)
-        page.reload()
+    wait_connect_button(page, session.job_id)
     assert "state=ready" in job_comment(session.job_id)
     session.demo.steps.shot(page, "alice-container-connect")
 
 
 def test_a_cell_runs_inside_the_image_as_alice(session: AliceSession) -> None:
     assert session.alice is not None and session.job_id, "no running session (previous step failed)"
-    page = session.alice
-    with page.context.expect_page() as new_page:
-        page.click(f"tr[data-job='{session.job_id}'] a.connect")
-    lab = new_page.value
-    lab.wait_for_load_state()
-    assert lab.url.startswith(f"{apps_origin(session.job_id)}/proxy/{session.job_id}/"), lab.url
-    response = lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
-    assert response is not None and response.status == 200
-    lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)
-    lab.click(".jp-LauncherCard[data-category='Notebook']")
-    lab.wait_for_selector(".jp-NotebookPanel .jp-Cell .cm-content", timeout=60_000)
-    lab.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-    cell = lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
+    lab = open_lab(session.alice, session.job_id)
+    new_notebook(lab)
     code = (
         "import os, subprocess, pathlib; "
         f"pathlib.Path.home().joinpath('{MARKER}').write_text('written in the container'); "
@@ -105,24 +87,7 @@ def test_a_cell_runs_inside_the_image_as_alice(session: AliceSession) -> None:
         "os.path.exists('/ch/labels.json'), os.environ.get('CH_RUNNING'), "
         "os.environ.get('CUDA_VISIBLE_DEVICES'), 'OS', open('/etc/os-release').read().replace(chr(10), ' | '))"
     )
-    for _ in range(3):
-        cell.click()
-        lab.keyboard.press("Control+A")
-        lab.keyboard.type(code)
-        if cell.inner_text().strip() == code:
-            break
-    assert cell.inner_text().strip() == code, cell.inner_text()
-    out = None
-    for _ in range(4):
-        cell.click()
-        lab.keyboard.press("Control+Enter")
-        try:
-            out = lab.wait_for_selector(".jp-NotebookPanel .jp-OutputArea-output:has-text('CT ')", timeout=30_000)
-            break
-        except PlaywrightTimeout:
-            continue
-    assert out is not None, "the cell printed nothing after 4 runs of 30 s"
-    text = out.inner_text()
+    text = run_cell(lab, code, "CT ", 60)
     session.demo.steps.shot(lab, "container-cell-executed")
     lab.close()
 

@@ -14,12 +14,9 @@ A screenshot per step goes to ``.artifacts/e2e/<run>/``.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import AliceSession
@@ -31,9 +28,11 @@ from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import squeue_has
+from tests.fixtures.demo import wait_connect_button
 from tests.fixtures.demo import wait_gone
-
-CONNECT_TIMEOUT_S = float(os.environ.get("CARME_E2E_CONNECT_TIMEOUT", "300"))
+from tests.fixtures.jupyterlab import new_notebook
+from tests.fixtures.jupyterlab import open_lab
+from tests.fixtures.jupyterlab import run_cell
 
 pytestmark = pytest.mark.e2e
 
@@ -61,65 +60,18 @@ def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: AliceSession) 
     assert "1" in page.inner_text(f"tr[data-job='{portal.job_id}'] td:nth-child(5)")  # GPUs column
     portal.demo.steps.shot(page, "alice-submitted")
 
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while page.query_selector(f"tr[data-job='{portal.job_id}'] a.connect") is None:
-        state = (
-            page.inner_text(f"tr[data-job='{portal.job_id}'] td:nth-child(4)")
-            if page.query_selector(f"tr[data-job='{portal.job_id}']")
-            else "gone"
-        )
-        assert time.monotonic() < deadline, f"no Connect button after {CONNECT_TIMEOUT_S:.0f} s (state: {state})"
-        assert state != "gone" and not state.startswith(("FAILED", "CANCELLED", "COMPLETED", "TIMEOUT")), state
-        time.sleep(3)
-        page.reload()
+    wait_connect_button(page, portal.job_id)
     portal.demo.steps.shot(page, "alice-connect-button")
 
 
 def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: AliceSession) -> None:
     assert portal.alice is not None and portal.job_id, "no running session (previous step failed)"
-    page = portal.alice
-    with page.context.expect_page() as new_page:
-        page.click(f"tr[data-job='{portal.job_id}'] a.connect")
-    lab = new_page.value
-    lab.wait_for_load_state()
-    assert lab.url.startswith(f"{apps_origin(portal.job_id)}/proxy/{portal.job_id}/"), (
-        lab.url
-    )  # the apps' own origin, not the portal's
-    lab.wait_for_selector(".jp-LabShell", timeout=60_000)
-    # JupyterLab restores the last workspace from the user's home (a notebook left open by an earlier run
-    # hides the launcher): start from a reset workspace.
-    lab.goto(lab.url.split("?")[0].split("#")[0] + "?reset")
-    lab.wait_for_selector(".jp-LauncherCard", timeout=60_000)
+    lab = open_lab(portal.alice, portal.job_id)
     portal.demo.steps.shot(lab, "jupyterlab-loaded")
 
-    lab.click(".jp-LauncherCard[data-category='Notebook']")
-    lab.wait_for_selector(".jp-NotebookPanel .jp-Cell .cm-content", timeout=60_000)
-    # The kernel connects over the proxied websocket; wait until it reports idle.
-    lab.wait_for_selector(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-    # A locator, not an element handle: JupyterLab re-renders the cell editor while the kernel starts.
-    cell = lab.locator(".jp-NotebookPanel .jp-Cell .cm-content").first
+    new_notebook(lab)
     code = "import os; print('carme', 6 * 7, os.environ.get('CUDA_VISIBLE_DEVICES'))"
-    for _ in range(3):  # an editor re-rendered while typing loses the keystrokes: type again into the new one
-        cell.click()
-        lab.keyboard.press("Control+A")
-        lab.keyboard.type(code)
-        if cell.inner_text().strip() == code:
-            break
-    assert cell.inner_text().strip() == code, cell.inner_text()
-    output = ".jp-NotebookPanel .jp-OutputArea-output:has-text('carme 42')"
-    out = None
-    for _ in range(4):
-        # Run the cell in place. Right after the kernel turns idle, JupyterLab may drop the first execute request
-        # (seen under load: the cell stays "[ ]"): ask again; running this cell twice is harmless.
-        cell.click()
-        lab.keyboard.press("Control+Enter")
-        try:
-            out = lab.wait_for_selector(output, timeout=30_000)
-            break
-        except PlaywrightTimeout:
-            continue
-    assert out is not None, "the cell printed nothing after 4 runs of 30 s"
-    text = out.inner_text()
+    text = run_cell(lab, code, "carme 42", 60)
     portal.demo.steps.shot(lab, "notebook-cell-executed")
     assert "carme 42" in text
     lab.close()
