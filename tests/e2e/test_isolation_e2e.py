@@ -5,10 +5,10 @@ each run a JupyterLab session started through the portal; bob, a user of the sam
 
 1. the Connect link of his session, captured without following it, opened in alice's browser: refused there (it was
    made for his browser), and his app is never shown to her; his own browser still gets in with it;
-2. a page on his session's origin (as if his app had been shown to alice: the strongest position he could reach)
-   that uses alice's browser against her session: reading her files, a blind POST writing one, a websocket and an
-   iframe: all refused by the proxy, no file appears in her home; and alice opening his session's URL lands on the
-   portal's refusal;
+2. a script in a page of one session against another session open in the same browser (alice's own JupyterLab
+   page and her second session, whose apps cookie the browser holds: the position bob's page would need, which (1)
+   denies him): reading its files, a blind POST writing one, a websocket and an iframe: all refused by the proxy,
+   no file appears; and alice opening bob's session's URL lands on the portal's refusal (in 1);
 3. his own server in place of his app (``srun --overlap`` in his job, on his app's socket), which echoes what it
    receives: no cookie named like Carme's reaches it, whatever copies, case and spacing the Cookie header holds;
 4. the same server setting cookies for the portal's names and for parent domains: the portal's cookie is untouched,
@@ -122,15 +122,15 @@ def test_a_connect_link_opens_nothing_in_another_browser(pair: tuple[User, User]
     assert done.status == 200 and done.url.startswith(proxied(bob.job)), (done.status, done.url)
 
 
-# What a page on bob's session's origin could try with alice's browser against alice's session.
+# What a page on one session's origin could try with the browser against another session.
 SIBLING_SCRIPT = """async ([target, job, marker]) => {
   const out = {};
   const base = target + "/proxy/" + job + "/";
   try { const r = await fetch(base + "api/contents/?" + marker, {credentials: "include"});
-        out.read = "status " + r.status; } catch (e) { out.read = "blocked"; }
+        out.read = "status " + r.status; } catch (e) { out.read = "blocked"; out.read_error = String(e); }
   try { const r = await fetch(base + "api/contents/PWNED_BY_BOB.txt?" + marker,
           {method: "POST", credentials: "include", mode: "no-cors", body: '{"type": "file"}'});
-        out.post = r.type; } catch (e) { out.post = "error"; }
+        out.post = r.type; } catch (e) { out.post = "error"; out.post_error = String(e); }
   out.ws = await new Promise((done) => {
     const ws = new WebSocket(base.replace("https:", "wss:") + "api/events/subscribe?" + marker);
     ws.onopen = () => { done("open"); ws.close(); };
@@ -150,27 +150,34 @@ SIBLING_SCRIPT = """async ([target, job, marker]) => {
 }"""
 
 
-def test_a_page_on_another_sessions_origin_cannot_use_alices_session(pair: tuple[User, User]) -> None:
-    alice, bob = pair
-    evil = proxied(bob.job, "evil.html")
-    marker = f"bob-probe-{uuid.uuid4().hex[:12]}"
-    page = alice.page.context.new_page()
+def test_a_page_of_one_session_cannot_use_another_session(pair: tuple[User, User]) -> None:
+    """A script in a page of one session (alice's own JupyterLab page, as any app output could run) against another
+    session open in the same browser, whose apps cookie the browser holds: nothing readable, nothing done."""
+    alice, _bob = pair
+    other = start_jupyterlab(alice.page)
     try:
-        page.route(evil, lambda route: route.fulfill(status=200, content_type="text/html", body="<p>bob</p>"))
-        page.goto(evil)
-        out = page.evaluate(SIBLING_SCRIPT, [apps_origin(alice.job), alice.job, marker])
+        wait_session_ready(alice.api, other)
+        connect(alice.api, other)  # the browser holds the other session's cookie: the strongest case
+        marker = f"probe-{uuid.uuid4().hex[:12]}"
+        page = alice.page.context.new_page()
+        try:
+            loaded = page.goto(proxied(alice.job, "lab"), wait_until="domcontentloaded")
+            assert loaded is not None and loaded.status == 200, loaded and loaded.status
+            out = page.evaluate(SIBLING_SCRIPT, [apps_origin(other), other, marker])
+        finally:
+            page.close()
+        assert out["origin"] == apps_origin(alice.job) != apps_origin(other), out
+        assert out["read"] == "blocked" and out["ws"] == "refused" and out["frame"] == "opaque", out
+        assert out["post"] == "opaque" and "carme" not in out["cookie"], out
+        # what reached nginx from that page: every request for the other session refused by the proxy (403)
+        log = on_head("grep", "-h", marker, "/var/log/nginx/access.log").stdout.strip().splitlines()
+        assert log, "nothing of the page's requests reached nginx"
+        assert all('" 403 ' in line for line in log), log
+        home = on_node(node_of(other), "runuser", "-u", "alice", "--", "sh", "-c", "test -e ~/PWNED_BY_BOB.txt")
+        assert home.returncode != 0, "the blind POST wrote a file"
+        assert alice.api.get(proxied(other, "api/status"), max_redirects=0).status == 200  # still fine itself
     finally:
-        page.close()
-    assert out["origin"] == apps_origin(bob.job) != apps_origin(alice.job), out
-    assert out["read"] == "blocked" and out["ws"] == "refused" and out["frame"] == "opaque", out
-    assert out["post"] == "opaque" and "carme" not in out["cookie"], out
-    # what reached nginx from that page: every request for alice's session refused by the proxy (403)
-    log = on_head("grep", "-h", marker, "/var/log/nginx/access.log").stdout.strip().splitlines()
-    assert log, "nothing of bob's page reached nginx"
-    assert all('" 403 ' in line for line in log), log
-    home = on_node(node_of(alice.job), "runuser", "-u", "alice", "--", "sh", "-c", "test -e ~/PWNED_BY_BOB.txt")
-    assert home.returncode != 0, "a file was written into alice's home"
-    assert alice.api.get(proxied(alice.job, "api/status"), max_redirects=0).status == 200  # her session is fine
+        on_head("scancel", str(other))
 
 
 def test_the_token_in_alices_pages_does_not_open_her_front(pair: tuple[User, User]) -> None:
@@ -239,7 +246,8 @@ def bobs_server(bob: User) -> subprocess.Popen[str]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while bob.api.get(proxied(bob.job, "echo"), max_redirects=0).status != 200:
-        assert proc.poll() is None, proc.communicate()
+        if proc.poll() is not None:
+            raise AssertionError(f"bob's server ended: {proc.communicate()}")
         assert time.monotonic() < deadline, "bob's server does not answer through his session"
         time.sleep(1)
     return proc
@@ -268,6 +276,7 @@ def test_bobs_own_app_gets_no_carme_cookie_and_sets_none(pair: tuple[User, User]
             page.close()
     finally:
         proc.kill()
+        proc.communicate(timeout=30)
     host = apps_origin(bob.job).split("//", 1)[1].split(":")[0]
     for cookie in bob.page.context.cookies():
         assert cookie["domain"].lstrip(".") in (host, "127.0.0.1"), cookie
