@@ -125,7 +125,7 @@ def login_hints(port: int, apps_port: int = DEFAULT_APPS_PORT) -> list[str]:
     return [
         "The demo cluster is up.",
         f"  Portal:   https://127.0.0.1:{port}/   (certificate signed by the demo CA in {SECRETS_DIR}ldap-ca/)",
-        f"  Apps:     https://127.0.0.1:{apps_port}/  (sessions open here: an origin of their own)",
+        f"  Apps:     https://<job>-<tag>.apps.localhost:{apps_port}/  (each session on an origin of its own)",
         f"  Log in:   alice, bob (users) or carol (admin); initial passwords in {SECRETS_DIR}initial-passwords/<user>;",
         "            the first login enrols TOTP (scan the QR code or type the key into an authenticator app)",
         f"  Shell:    podman exec -it {HEAD} bash",
