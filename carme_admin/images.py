@@ -208,29 +208,9 @@ def catalog_text(defs: Sequence[Definition]) -> str:
     return json.dumps(catalog(defs), indent=2, sort_keys=True) + "\n"
 
 
-
-
 # -- carme image build ------------------------------------------------------------------------------------------
 RUNTIMES = ("apptainer", "charliecloud")
 WHEELHOUSE_IN_IMAGE = "/opt/carme/wheelhouse"
-
-
-@dataclass
-class BuildPlan:
-    """One image to build: where it goes and the commands (argv lists) that build it."""
-
-    defn: Definition
-    runtime: str
-    dest: Path
-
-    @property
-    def filename(self) -> str:
-        suffix = ".sif" if self.runtime == "apptainer" else ""
-        return f"carme-{self.defn.name}-{self.defn.version}{suffix}"
-
-    @property
-    def path(self) -> Path:
-        return self.dest / self.filename
 
 
 def find(defs: Sequence[Definition], name: str) -> Definition:

@@ -24,7 +24,7 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def prolog_main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Slurm ``Prolog=`` (via the ``prolog.d`` shim). Exits 0 unless the node itself is broken."""
+    """Slurm ``Prolog=`` (via the ``prolog.d`` shim). Always exits 0: an internal error goes to stderr, never drains."""
     from carme_runtime.command_runner import SubprocessRunner
     from carme_runtime.hooks import run_prolog
 

@@ -1,8 +1,8 @@
 """Process exit codes of the console scripts (one place, like httpie's ``status.py``).
 
-Slurm hooks are special: ``carme-prolog`` and ``carme-epilog`` return ``OK`` for every problem that
-is the job's or the user's fault, because slurmd drains the node when a prolog or epilog exits non-zero.
-They only return ``HOOK_INTERNAL_ERROR`` when the node itself is broken (see ``hooks.py``).
+Slurm hooks are special: ``carme-prolog`` and ``carme-epilog`` always return ``OK``, because slurmd drains the
+node when a prolog or epilog exits non-zero; what goes wrong is logged, and fails the job where it must, never the
+node (see ``hooks.py``).
 """
 
 from enum import IntEnum
@@ -20,4 +20,3 @@ class ExitCode(IntEnum):
     NOT_IN_JOB = 13  # carme-launch: no SLURM_JOB_ID
     NETNS_UNAVAILABLE = 14  # carme-launch: the app needs a private network namespace and none can be made
     IMAGE_INVALID = 15  # carme-launch: the container image is missing or its digest differs from the catalogue's
-    HOOK_INTERNAL_ERROR = 20  # prolog/epilog: the node is broken (drains it on purpose)

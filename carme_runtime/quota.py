@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from dataclasses import field
 from datetime import UTC
 from datetime import datetime
-from datetime import timedelta
 from datetime import tzinfo
 
 from carme_runtime.slurm_formats import gpu_count_from_tres
@@ -174,12 +173,6 @@ def report_table(usage: Usage) -> str:
 
 def report_json(usage: Usage) -> str:
     return json.dumps(usage.as_dict(), indent=2, sort_keys=True) + "\n"
-
-
-def previous_month(now: datetime | None = None) -> str:
-    now = now or datetime.now()
-    first = now.replace(day=1)
-    return (first - timedelta(days=1)).strftime("%Y-%m")
 
 
 def current_month(now: datetime | None = None) -> str:

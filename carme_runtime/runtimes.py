@@ -300,32 +300,3 @@ def default_allow_list(home: str, scratch_root: str | None, datasets: Iterable[s
         allowed.append(AllowedBind(scratch_root))
     allowed += [AllowedBind(d, readonly=True) for d in datasets]
     return allowed
-
-
-def parse_def_file(text: str) -> dict[str, str]:
-    """Header of an Apptainer definition file (``Bootstrap``, ``From``...).
-
-    Uses spython's recipe parser when the optional ``spython`` package is installed (``pip install
-    carme[images]``); otherwise a minimal stdlib reader of the ``Key: value`` header lines.
-    """
-    try:
-        from spython.main.parse.parsers import SingularityParser  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        SingularityParser = None
-    header: dict[str, str] = {}
-    if SingularityParser is not None:
-        import tempfile
-
-        with tempfile.NamedTemporaryFile("w", suffix=".def", delete=True) as fh:
-            fh.write(text)
-            fh.flush()
-            recipe = SingularityParser(fh.name).recipe
-        if getattr(recipe, "fromHeader", None):
-            header["From"] = str(recipe.fromHeader)
-    for line in text.splitlines():
-        if line.startswith("%"):
-            break
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and not key.strip().startswith("#"):
-            header.setdefault(key.strip(), value.strip())
-    return header

@@ -24,7 +24,6 @@ from carme_runtime.slurm_formats import format_comment
 
 if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
-    from carme_runtime.command_runner import Runner
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
@@ -172,9 +171,7 @@ def _check_workdir(errs: list[ValidationError], workdir: str) -> None:
     elif os.path.normpath(workdir) != workdir.rstrip("/") or "/../" in workdir + "/":
         errs.append(ValidationError("workdir", "must be a normalised path (no '..', '//', '.')"))
     elif "%" in workdir or "," in workdir or ":" in workdir:
-        errs.append(
-            ValidationError("workdir", "must not contain '%', ',' or ':' (Slurm/Apptainer separators)")
-        )
+        errs.append(ValidationError("workdir", "must not contain '%', ',' or ':' (Slurm/Apptainer separators)"))
     elif len(workdir) > 1024:
         errs.append(ValidationError("workdir", "longer than 1024 characters"))
 
@@ -283,30 +280,3 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
     if req.gpus > 0:
         job["gres"] = f"gpu:{req.gpus}"
     return {"script": JOB_SCRIPT, "job": job}
-
-
-def parse_sbatch_parsable(stdout: str) -> int:
-    """``sbatch --parsable`` prints ``<jobid>`` or ``<jobid>;<cluster>``."""
-    first = stdout.strip().splitlines()[0] if stdout.strip() else ""
-    job_id = first.split(";")[0]
-    if not job_id.isdigit():
-        raise ValueError(f"unexpected sbatch output: {stdout[:80]!r}")
-    return int(job_id)
-
-
-def submit_with_sbatch(
-    req: SessionRequest,
-    app: AppSpec,
-    runtime: str,
-    secret: str,
-    runner: Runner,
-    limits: SessionLimits | None = None,
-) -> int:
-    """Validate, then run sbatch (argv, script on stdin, environment with the secret); return the job id."""
-    req.validate(limits)
-    argv = build_sbatch_argv(req, app, runtime)
-    env = build_job_environment(req, app, runtime, secret)
-    rc, out, err = runner(argv, input_text=JOB_SCRIPT, env=env)
-    if rc != 0:
-        raise RuntimeError(f"sbatch failed (rc={rc}): {err.strip()[:200]}")
-    return parse_sbatch_parsable(out)

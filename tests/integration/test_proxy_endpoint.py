@@ -22,13 +22,13 @@ from werkzeug.exceptions import HTTPException
 from carme_runtime import front
 from carme_runtime.apps import load_apps
 from carme_runtime.sessions import SessionRequest
-from carme_runtime.sessions import submit_with_sbatch
 from tests.fixtures.carmeenvs import ensure_jupyter_env
 from tests.fixtures.carmeenvs import ensure_runtime_env
 from tests.fixtures.carmeenvs import launch_on_path
 from tests.fixtures.hostslurm import HostSlurm
 from tests.integration.test_runtime_sessions import UserRunner
 from tests.integration.test_runtime_sessions import wait_ready
+from tests.runtime.sbatch_submit import submit_with_sbatch
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 

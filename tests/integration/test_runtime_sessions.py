@@ -1,7 +1,7 @@
 """Interactive sessions and Slurm hooks of carme_runtime on a real Slurm (``host_slurm``), issue 5's acceptance.
 
-* A JupyterLab session with one GPU is submitted through the package's own submission path
-  (:func:`carme_runtime.sessions.submit_with_sbatch`, run as alice), ``carme-launch`` starts a real JupyterLab
+* A JupyterLab session with one GPU is submitted with the runtime's sbatch argv and environment
+  (:func:`tests.runtime.sbatch_submit.submit_with_sbatch`, run as alice), ``carme-launch`` starts a real JupyterLab
   from the ``none`` runtime's venv (``/opt/carme-test-envs/jupyter``), publishes ``carme:v1;...;state=ready``
   in the job comment, answers HTTP only with its front key (the front adds Jupyter's token, the app secret; the
   session secret itself reaches neither the app nor the connection file) and sees exactly one GPU.
@@ -40,13 +40,13 @@ from carme_runtime.front import front_headers
 from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import build_rest_payload
-from carme_runtime.sessions import submit_with_sbatch
 from carme_runtime.slurm_formats import parse_comment
 from tests.fixtures.carmeenvs import ensure_jupyter_env
 from tests.fixtures.carmeenvs import ensure_runtime_env
 from tests.fixtures.carmeenvs import launch_on_path
 from tests.fixtures.hostslurm import TERMINAL_STATES
 from tests.fixtures.hostslurm import HostSlurm
+from tests.runtime.sbatch_submit import submit_with_sbatch
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 

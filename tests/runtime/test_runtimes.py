@@ -11,7 +11,6 @@ from carme_runtime.runtimes import BindNotAllowed
 from carme_runtime.runtimes import NoneRuntime
 from carme_runtime.runtimes import default_allow_list
 from carme_runtime.runtimes import default_binds
-from carme_runtime.runtimes import parse_def_file
 
 ALLOW = default_allow_list("/home/alice", "/scratch", ["/data/imagenet"])
 APP = ["jupyter", "lab", "--ServerApp.port=41234"]
@@ -102,9 +101,3 @@ def test_allowed_bind_prefix() -> None:
         == "/srv/shared/a:/a"
     )
 
-
-def test_parse_def_file_header() -> None:
-    text = "Bootstrap: docker\nFrom: nvcr.io/nvidia/pytorch:24.01-py3\n\n%post\n    pip install jupyterlab\n"
-    header = parse_def_file(text)
-    assert header["Bootstrap"] == "docker"
-    assert header["From"] == "nvcr.io/nvidia/pytorch:24.01-py3"

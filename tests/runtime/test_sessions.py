@@ -12,8 +12,8 @@ from carme_runtime.sessions import ValidationError
 from carme_runtime.sessions import build_job_environment
 from carme_runtime.sessions import build_rest_payload
 from carme_runtime.sessions import build_sbatch_argv
-from carme_runtime.sessions import parse_sbatch_parsable
-from carme_runtime.sessions import submit_with_sbatch
+from tests.runtime.sbatch_submit import parse_sbatch_parsable
+from tests.runtime.sbatch_submit import submit_with_sbatch
 
 SECRET = "s3cr3t-" + "x" * 40
 APPS = load_apps([])
