@@ -1,4 +1,4 @@
-"""Carme runtime: sessions, container runtimes, GPU isolation checks, quota policy and Slurm hooks.
+"""Carme runtime: sessions, container runtimes, GPU isolation checks, GPU-hour reports and Slurm hooks.
 
 Runs on every node and inside every job, so it is stdlib-only and keeps imports lazy
 (the prolog/epilog entry points must start in a few tens of milliseconds).

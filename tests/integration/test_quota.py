@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from carme_runtime import quota
+from carme_runtime import gpu_hours
 from carme_runtime.slurm_formats import gpu_count_from_tres
 from carme_runtime.slurm_formats import parse_tres
 from tests.fixtures.hostslurm import TERMINAL_STATES
@@ -63,7 +63,7 @@ def test_report_equals_sacct_gpu_hours(host_slurm: HostSlurm) -> None:
     for job in jobs:
         assert host_slurm.wait_job(job) == "COMPLETED"
         host_slurm.sacct(job)  # polls until slurmdbd has the final state (raises after its deadline)
-    month = quota.current_month()
+    month = gpu_hours.current_month()
     start = datetime.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%S")
     rows = user_rows_once_recorded(host_slurm, jobs, start)
     assert sorted(int(r[0]) for r in rows) == sorted(jobs), rows
