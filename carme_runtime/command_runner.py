@@ -1,9 +1,10 @@
 """The one place where external commands run.
 
-Every Slurm command (``scontrol``, ``squeue``, ``sacct``, ``sacctmgr``) and ``nvidia-smi`` goes through a
-:class:`Runner`: a callable taking an argv list (never a shell string) and returning
-``(returncode, stdout, stderr)``. Decision code receives a runner as a parameter, so unit tests pass a
-fake one and integration tests pass :class:`SubprocessRunner`.
+Every Slurm command (``scontrol``, ``squeue``, ``sacct``, ``sacctmgr``), ``nvidia-smi``, ``beeond`` and the
+``unshare`` check goes through a :class:`Runner`: a callable taking an argv list (never a shell string) and
+returning ``(returncode, stdout, stderr)``. Decision code receives a runner as a parameter, so unit tests pass a
+fake one and integration tests pass :class:`SubprocessRunner`. The one long-lived child, a session's app (started by
+``carme-launch`` and by the network-namespace bridge), is started by :func:`spawn`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 # (about 11 ms saved); ``subprocess`` is imported when a command actually runs.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping
     from collections.abc import Sequence
     from typing import Protocol
@@ -58,3 +60,13 @@ class SubprocessRunner:
         except subprocess.TimeoutExpired:
             return RC_TIMEOUT, "", f"{argv[0]}: timed out after {self.timeout:g} s"
         return proc.returncode, proc.stdout, proc.stderr
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a long-lived child (a session's app) and return at once: argv, never a shell; ``env`` is its whole
+    environment (default: this process's)."""
+    if not argv:
+        raise ValueError("empty argv")
+    import subprocess
+
+    return subprocess.Popen(list(argv), env=dict(env) if env is not None else None, cwd=cwd)

@@ -25,12 +25,18 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from carme_runtime.command_runner import RC_TIMEOUT
+from carme_runtime.command_runner import SubprocessRunner
+from carme_runtime.command_runner import spawn
 from carme_runtime.exit_codes import ExitCode
 from carme_runtime.front import pump
+
+if TYPE_CHECKING:
+    import subprocess
 
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
@@ -74,16 +80,14 @@ def namespace_argv(
 def check_userns(unshare: str, env: dict[str, str], timeout: float = 10.0) -> str | None:
     """``None`` when ``unshare`` can make a user and network namespace here, else why not (one line)."""
     try:
-        proc = subprocess.run(
-            userns_argv(unshare, ["true"]), env=env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return f"{unshare} did not finish within {timeout:g} s"
+        rc, out, err = SubprocessRunner(timeout=timeout)(userns_argv(unshare, ["true"]), env=env)
     except OSError as exc:
         return f"cannot run {unshare}: {exc}"
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        return f"{unshare} exited {proc.returncode}: {detail[-1][:200] if detail else 'no message'}"
+    if rc == RC_TIMEOUT:
+        return f"{unshare} did not finish within {timeout:g} s"
+    if rc != 0:
+        detail = (err or out).strip().splitlines()
+        return f"{unshare} exited {rc}: {detail[-1][:200] if detail else 'no message'}"
     return None
 
 
@@ -167,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = [args.unshare, f"--map-user={args.uid}", f"--map-group={args.gid}", "--", *args.app]
     try:
         try:
-            child = subprocess.Popen(app)
+            child = spawn(app)
         except OSError as exc:
             say(f"cannot start {args.app[0]}: {exc}")
             return ExitCode.APP_START_FAILED

@@ -9,6 +9,8 @@ import pytest
 
 from carme_runtime import datasets
 from carme_runtime import launch
+from carme_runtime import launch_plan
+from carme_runtime import launch_run
 from carme_runtime.apps import load_apps
 from carme_runtime.config import ConfigError
 from carme_runtime.config import RuntimeConfig
@@ -70,7 +72,7 @@ def _config(tmp_path: Path) -> RuntimeConfig:
 
 def test_none_runtime_session_gets_the_links_directory(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         job_env(tmp_path), {"myapp": TEST_APP}, _config(tmp_path), home=home, host="127.0.0.1", port=41000
     )
     assert plan.env["CARME_DATASETS_DIR"] == f"{home}/datasets"
@@ -79,7 +81,7 @@ def test_none_runtime_session_gets_the_links_directory(tmp_path: Path) -> None:
 def test_apptainer_session_binds_every_dataset_read_only(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     env = job_env(tmp_path, CARME_APP="jupyterlab", CARME_RUNTIME="apptainer", CARME_IMAGE="/opt/images/x.sif")
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         env, load_apps([]), _config(tmp_path), home=home, host="10.0.0.5", port=41234, socket_dir=str(tmp_path / "s")
     )
     binds = [b for i, a in enumerate(plan.argv) if a == "--bind" for b in plan.argv[i + 1].split(",")]
@@ -89,7 +91,7 @@ def test_apptainer_session_binds_every_dataset_read_only(tmp_path: Path) -> None
 
 
 def test_launch_links_the_datasets_into_home(tmp_path: Path, fake_runner) -> None:
-    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch.Process:
+    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch_run.Process:
         raise OSError(2, "stop here")
 
     rc = launch.launch_from_env(

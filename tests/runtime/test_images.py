@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import launch
+from carme_runtime import launch_run
 from carme_runtime.exit_codes import ExitCode
 from carme_runtime.images import ImageError
 from carme_runtime.images import image_digest
@@ -81,7 +82,7 @@ def test_launch_fails_within_seconds_with_the_reason_published(tmp_path: Path, f
         (image / "etc" / "os-release").write_text("tampered\n")
     messages: list[str] = []
 
-    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch.Process:
+    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch_run.Process:
         raise AssertionError("must not start")
 
     env = job_env(tmp_path, CARME_RUNTIME="charliecloud", CARME_IMAGE=ref, USER="alice")

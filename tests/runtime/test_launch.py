@@ -17,6 +17,10 @@ import pytest
 
 from carme_runtime import front
 from carme_runtime import launch
+from carme_runtime import launch_plan
+from carme_runtime import launch_run
+from carme_runtime import probe
+from carme_runtime import publish
 from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
@@ -98,21 +102,21 @@ def token_server() -> Iterator[int]:
 
 
 def test_probe_http_with_and_without_secret(token_server: int) -> None:
-    assert launch.probe_http("127.0.0.1", token_server, "/", {}, 5.0) == 403
-    assert launch.probe_http("127.0.0.1", token_server, "/", {"Authorization": f"token {APP_SECRET}"}, 5.0) == 200
-    assert not launch.is_ready_status(403)
-    assert launch.is_ready_status(200)
+    assert probe.probe_http("127.0.0.1", token_server, "/", {}, 5.0) == 403
+    assert probe.probe_http("127.0.0.1", token_server, "/", {"Authorization": f"token {APP_SECRET}"}, 5.0) == 200
+    assert not probe.is_ready_status(403)
+    assert probe.is_ready_status(200)
 
 
 def test_probe_http_nothing_listening() -> None:
     port = launch.pick_free_port("127.0.0.1")
-    assert launch.probe_http("127.0.0.1", port, "/", {}, 1.0) is None
+    assert probe.probe_http("127.0.0.1", port, "/", {}, 1.0) is None
 
 
 def test_connection_file_mode_0600_in_0700_dir(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        path = launch.write_connection_file(str(tmp_path), 77, {"app_secret": APP_SECRET, "port": 1})
+        path = publish.write_connection_file(str(tmp_path), 77, {"app_secret": APP_SECRET, "port": 1})
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -124,8 +128,8 @@ def test_connection_file_mode_0600_in_0700_dir(tmp_path: Path) -> None:
 def test_connection_file_refuses_symlinked_dir(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / ".carme").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(launch.LaunchError):
-        launch.write_connection_file(str(tmp_path), 77, {})
+    with pytest.raises(launch_plan.LaunchError):
+        publish.write_connection_file(str(tmp_path), 77, {})
 
 
 def test_launch_end_to_end_with_real_child(tmp_path: Path, fake_runner) -> None:
@@ -171,7 +175,7 @@ def test_refuses_missing_or_short_secret(tmp_path: Path, fake_runner, secret: st
         env["CARME_SESSION_SECRET"] = secret
     spawned: list[list[str]] = []
 
-    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch.Process:
+    def spawn(argv: list[str], env: dict[str, str], cwd: str) -> launch_run.Process:
         spawned.append(argv)
         raise AssertionError("must not start")
 
@@ -211,7 +215,7 @@ def test_plan_for_jupyter_in_apptainer(tmp_path: Path) -> None:
         CUDA_VISIBLE_DEVICES="0",
     )
     sockets = tmp_path / "sock"
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         env, load_apps([]), config(tmp_path), home=home, host="10.0.0.5", port=41234, socket_dir=str(sockets)
     )
     assert plan.app_socket == str(sockets / "app.sock")
@@ -251,11 +255,11 @@ class StuckProcess:
 
 
 def test_not_ready_publishes_failed_and_stops_app(tmp_path: Path, fake_runner) -> None:
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         job_env(tmp_path), {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9
     )
     child = StuckProcess()
-    rc = launch.run_launch(
+    rc = launch_run.run_launch(
         plan,
         home=str(tmp_path),
         runner=fake_runner,
@@ -272,7 +276,7 @@ def test_not_ready_publishes_failed_and_stops_app(tmp_path: Path, fake_runner) -
 
 
 def test_sigterm_is_forwarded_to_app(tmp_path: Path, fake_runner) -> None:
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         job_env(tmp_path), {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9
     )
 
@@ -282,7 +286,7 @@ def test_sigterm_is_forwarded_to_app(tmp_path: Path, fake_runner) -> None:
             return -15 if signal.SIGTERM in self.signals else 0
 
     child = Child()
-    rc = launch.run_launch(
+    rc = launch_run.run_launch(
         plan,
         home=str(tmp_path),
         runner=fake_runner,

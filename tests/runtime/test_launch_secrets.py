@@ -14,6 +14,7 @@ import pytest
 
 from carme_runtime import front
 from carme_runtime import launch
+from carme_runtime import launch_plan
 from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
@@ -46,13 +47,13 @@ def test_the_app_is_rendered_with_the_app_secret_and_never_sees_the_session_secr
 ) -> None:
     env = job_env(tmp_path, CARME_APP=name, CARME_RUNTIME=runtime, CARME_IMAGE="/opt/images/x.sif")
     socket_dir = str(tmp_path / "sock")
-    plan = launch.plan_launch(
+    plan = launch_plan.plan_launch(
         env, load_apps([]), config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=41234, socket_dir=socket_dir
     )
     assert not any(SECRET in v for v in [*plan.argv, *plan.env.values()])
     if plan.app.secret_mode != "proxy":
         assert any(v == APP_SECRET for v in plan.env.values())
-    other_job = launch.plan_launch(
+    other_job = launch_plan.plan_launch(
         {**env, "SLURM_JOB_ID": "78"},
         load_apps([]),
         config(tmp_path),
@@ -66,8 +67,10 @@ def test_the_app_is_rendered_with_the_app_secret_and_never_sees_the_session_secr
 
 def test_a_plan_that_would_hand_the_session_secret_to_the_app_is_refused(tmp_path: Path) -> None:
     env = job_env(tmp_path, SOME_VARIABLE=f"x{SECRET}")  # only CARME_SESSION_SECRET is removed by name
-    with pytest.raises(launch.LaunchError) as err:
-        launch.plan_launch(env, {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9)
+    with pytest.raises(launch_plan.LaunchError) as err:
+        launch_plan.plan_launch(
+            env, {"myapp": TEST_APP}, config(tmp_path), home=str(tmp_path), host="127.0.0.1", port=9
+        )
     assert err.value.code == ExitCode.CONFIG
 
 

@@ -20,7 +20,9 @@ import pytest
 
 from carme_runtime import front
 from carme_runtime import launch
+from carme_runtime import launch_plan
 from carme_runtime import netns
+from carme_runtime import probe
 from carme_runtime.apps import AppSpecError
 from carme_runtime.apps import app_from_dict
 from carme_runtime.apps import load_apps
@@ -87,12 +89,12 @@ def test_plan_for_a_netns_app(tmp_path: Path) -> None:
     env["CARME_SESSION_SECRET"] = SECRET
     cfg = RuntimeConfig.from_mapping({"scratch_root": str(tmp_path)})
     kw = {"home": str(tmp_path), "host": "127.0.0.1", "port": 5000}
-    plan = launch.plan_launch(env, {"board": app}, cfg, socket_dir="/run/x", unshare="/usr/bin/unshare", **kw)
+    plan = launch_plan.plan_launch(env, {"board": app}, cfg, socket_dir="/run/x", unshare="/usr/bin/unshare", **kw)
     assert plan.app_socket == "/run/x/app.sock"
     assert plan.argv[:4] == ["/usr/bin/unshare", "--user", "--map-root-user", "--net"]
     assert plan.argv[-6:] == ["--", sys.executable, "-m", "http.server", "--bind=127.0.0.1", "5000"]
-    with pytest.raises(launch.LaunchError) as err:
-        launch.plan_launch(env, {"board": app}, cfg, **kw)
+    with pytest.raises(launch_plan.LaunchError) as err:
+        launch_plan.plan_launch(env, {"board": app}, cfg, **kw)
     assert err.value.code == ExitCode.NETNS_UNAVAILABLE
 
 
@@ -132,8 +134,8 @@ def unix_app(tmp_path: Path) -> Iterator[str]:
 
 
 def test_probe_over_a_unix_socket(unix_app: str, tmp_path: Path) -> None:
-    assert launch.probe_http(unix_app, 0, "/x", {}, 5.0) == 200
-    assert launch.probe_http(str(tmp_path / "missing.sock"), 0, "/x", {}, 1.0) is None
+    assert probe.probe_http(unix_app, 0, "/x", {}, 5.0) == 200
+    assert probe.probe_http(str(tmp_path / "missing.sock"), 0, "/x", {}, 1.0) is None
 
 
 def test_front_reaches_the_app_through_the_unix_socket(unix_app: str) -> None:

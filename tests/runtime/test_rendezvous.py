@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from carme_runtime import launch
+from carme_runtime import launch_plan
 from carme_runtime.apps import load_apps
 from carme_runtime.config import RuntimeConfig
 from carme_runtime.rendezvous import NAMES
@@ -61,10 +61,10 @@ def _job_env(tmp_path: Path, runtime: str, image: str) -> dict[str, str]:
     }
 
 
-def _plan(tmp_path: Path, runtime: str, image: str) -> launch.LaunchPlan:
+def _plan(tmp_path: Path, runtime: str, image: str) -> launch_plan.LaunchPlan:
     env = _job_env(tmp_path, runtime, image)
     config = RuntimeConfig.from_mapping({"bind_address": "127.0.0.1", "scratch_root": str(tmp_path / "scratch")})
-    return launch.plan_launch(
+    return launch_plan.plan_launch(
         env,
         load_apps([]),
         config,
