@@ -75,15 +75,23 @@ RENDER_TASK = "Render the Slurm configuration files"
 RENDER_HOST = "head01"
 
 
-def write_inventory(root: Path, nodes: int, groups: int, style: str = "listed") -> Path:
-    """A site with ``nodes`` compute nodes split evenly over ``groups`` GPU node groups.
+def _node_group(g: int, name: str) -> dict[str, Any]:
+    """Node group number ``g``: GPUs, CPUs, memory and GPU type vary with ``g``; ten groups make a rack."""
+    gpus = (4, 8)[g % 2]
+    return {
+        "name": name,
+        "hosts": f"{{{{ groups['{name}'] }}}}",
+        "cpus": 64 * (1 + g % 4),
+        "real_memory": 256000 * (1 + g % 4),
+        "gpus": gpus,
+        "gpu_type": ("a100", "h100", "l40s", "t4")[g % 4],
+        "gpu_files": f"/dev/nvidia[0-{gpus - 1}]",
+        "features": [f"rack{g // 10}"],
+    }
 
-    ``style`` ``listed`` names every host, ``ranges`` gives each group's hosts as one Ansible host range. The
-    listed inventory is also written as ``hosts.json`` in a sibling directory ``<dir>-json`` (for the probe)."""
-    if nodes < groups:
-        raise ValueError(f"{nodes} nodes cannot fill {groups} groups")
-    inv = root / f"inventory-{style}-{nodes}-{groups}"
-    (inv / "group_vars" / "all").mkdir(parents=True)
+
+def _compute_groups(nodes: int, groups: int, style: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The inventory's compute groups (their hosts listed or as one range) and the matching slurm_node_groups."""
     per_group, extra = divmod(nodes, groups)
     compute: dict[str, Any] = {}
     node_groups = []
@@ -95,20 +103,12 @@ def write_inventory(root: Path, nodes: int, groups: int, style: str = "listed") 
         else:
             hosts = {f"{name}-n{i:05d}": None for i in range(1, count + 1)}
         compute[name] = {"hosts": hosts}
-        gpus = (4, 8)[g % 2]
-        node_groups.append(
-            {
-                "name": name,
-                "hosts": f"{{{{ groups['{name}'] }}}}",
-                "cpus": 64 * (1 + g % 4),
-                "real_memory": 256000 * (1 + g % 4),
-                "gpus": gpus,
-                "gpu_type": ("a100", "h100", "l40s", "t4")[g % 4],
-                "gpu_files": f"/dev/nvidia[0-{gpus - 1}]",
-                "features": [f"rack{g // 10}"],
-            }
-        )
-    inventory = {
+        node_groups.append(_node_group(g, name))
+    return compute, node_groups
+
+
+def _inventory_tree(compute: dict[str, Any]) -> dict[str, Any]:
+    return {
         "all": {
             "vars": {"ansible_connection": "ssh"},
             "children": {
@@ -123,8 +123,11 @@ def write_inventory(root: Path, nodes: int, groups: int, style: str = "listed") 
             },
         }
     }
-    names = [group["name"] for group in node_groups]
-    partitions = [
+
+
+def _partitions(names: list[str], groups: int) -> list[dict[str, Any]]:
+    """An interactive partition of the first five groups, a batch partition of all, and one per rack."""
+    partitions: list[dict[str, Any]] = [
         {
             "name": "interactive",
             "node_groups": names[:5],
@@ -133,16 +136,30 @@ def write_inventory(root: Path, nodes: int, groups: int, style: str = "listed") 
             "config": {"QOS": "interactive"},
         },
         {"name": "batch", "node_groups": names, "max_time": "3-00:00:00"},
-    ] + [
+    ]
+    return partitions + [
         {"name": f"rack{r}", "node_groups": names[r * 10 : (r + 1) * 10], "max_time": "1-00:00:00"}
         for r in range((groups + 9) // 10)
     ]
+
+
+def write_inventory(root: Path, nodes: int, groups: int, style: str = "listed") -> Path:
+    """A site with ``nodes`` compute nodes split evenly over ``groups`` GPU node groups.
+
+    ``style`` ``listed`` names every host, ``ranges`` gives each group's hosts as one Ansible host range. The
+    listed inventory is also written as ``hosts.json`` in a sibling directory ``<dir>-json`` (for the probe)."""
+    if nodes < groups:
+        raise ValueError(f"{nodes} nodes cannot fill {groups} groups")
+    inv = root / f"inventory-{style}-{nodes}-{groups}"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    compute, node_groups = _compute_groups(nodes, groups, style)
+    inventory = _inventory_tree(compute)
     group_vars = {
         "slurm_cluster_name": "bench",
         "slurm_controller_host": "{{ groups['slurm_controller'][0] }}",
         "slurm_dbd_host": "{{ groups['slurm_dbd'][0] }}",
         "slurm_node_groups": node_groups,
-        "slurm_partitions": partitions,
+        "slurm_partitions": _partitions([group["name"] for group in node_groups], groups),
     }
     group_vars_text = yaml.safe_dump(group_vars, sort_keys=False)
     (inv / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
@@ -271,86 +288,125 @@ def _min(values: list[float], digits: int = 2) -> float | None:
     return round(min(values), digits) if values else None
 
 
-def measure_curve(root: Path, sizes: list[int], groups: int, styles: list[str], repeat: int, probe_on: bool) -> Any:
-    """All runs, round-robin over repeats, sizes and styles. Returns {style: [point per size]} and the outputs."""
-    inventories = {(style, n): write_inventory(root, n, groups, style) for style in styles for n in sizes}
-    warm = write_inventory(root / "warm", groups, groups, "listed")
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {key: [] for key in inventories}
+def _probe_labels(warm: Path, inventories: dict[tuple[str, int], Path], styles: list[str], n: int) -> dict[str, Path]:
+    """What the probe parses for size ``n``: the warm-up inventory (YAML and JSON), each style's, the listed as JSON."""
+    labels: dict[str, Path] = {"warm-up": warm, "warm-up-json": warm.with_name(warm.name + "-json")}
+    labels.update({style: inventories[(style, n)] for style in styles})
+    if "listed" in styles:
+        labels["listed-json"] = inventories[("listed", n)].with_name(inventories[("listed", n)].name + "-json")
+    return labels
+
+
+Runs = dict[tuple[str, int], list[dict[str, Any]]]
+Outputs = dict[tuple[str, int], dict[str, str]]
+
+
+def _measure_all(
+    root: Path,
+    inventories: dict[tuple[str, int], Path],
+    warm: Path,
+    sizes: list[int],
+    styles: list[str],
+    repeat: int,
+    probe_on: bool,
+) -> tuple[Runs, dict[int, list[dict[str, Any]]], Outputs]:
+    """Every run, round-robin over repeats, sizes and styles, and a probe per repeat and size: the runs per (style,
+    size), the probes per size, and the rendered files per (style, size)."""
+    runs: Runs = {key: [] for key in inventories}
     probes: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
-    outputs: dict[tuple[str, int], dict[str, str]] = {}
+    outputs: Outputs = {}
     for rep in range(repeat):
         for n in sizes:
             for style in styles:
                 run, outputs[(style, n)] = run_once(inventories[(style, n)], root / f"out-{style}-{n}-{rep}")
                 runs[(style, n)].append(run)
             if probe_on:
-                labels: dict[str, Path] = {"warm-up": warm, "warm-up-json": warm.with_name(warm.name + "-json")}
-                labels.update({style: inventories[(style, n)] for style in styles})
-                if "listed" in styles:
-                    labels["listed-json"] = inventories[("listed", n)].with_name(
-                        inventories[("listed", n)].name + "-json"
-                    )
-                probes[n].append(run_probe(labels))
+                probes[n].append(run_probe(_probe_labels(warm, inventories, styles, n)))
+    return runs, probes, outputs
+
+
+def _probe_phases(ps: list[dict[str, Any]], style: str) -> dict[str, Any]:
+    """Medians of the probe's times for one style."""
+    phases = {
+        "ansible_import_s": _median([p["ansible_import_s"] for p in ps]),
+        "inventory_parse_s": _median([p[f"inventory_parse_s.{style}"] for p in ps]),
+        "inventory_parse_yaml_plugin_only_s": _median([p[f"inventory_parse_yaml_plugin_only_s.{style}"] for p in ps]),
+        "host_vars_s": _median([p["host_vars_s"] for p in ps], 3),
+        "hostlist_pass_s": _median([p["hostlist_pass_s"] for p in ps], 3),
+    }
+    if style == "listed" and "inventory_parse_s.listed-json" in ps[0]:
+        phases["inventory_parse_as_json_s"] = _median([p["inventory_parse_s.listed-json"] for p in ps])
+        phases["inventory_parse_as_json_yaml_plugin_only_s"] = _median(
+            [p["inventory_parse_yaml_plugin_only_s.listed-json"] for p in ps]
+        )
+    return phases
+
+
+def _phases(rs: list[dict[str, Any]], ps: list[dict[str, Any]], style: str, n: int) -> dict[str, Any]:
+    """Where the time of the runs ``rs`` went, with the probes ``ps`` of their size when there are any."""
+    phases: dict[str, Any] = {
+        "outside_play_s": _median([r["wall_s"] - r["play_s"] for r in rs if r["play_s"] is not None]),
+        "before_play_s": _median([r["before_play_s"] for r in rs]),
+        "after_play_s": _median([r["after_play_s"] for r in rs]),
+        "render_task_s": _median([r["tasks"].get(RENDER_TASK, 0.0) for r in rs]),
+        "other_tasks_s": _median([sum(s for name, s in r["tasks"].items() if name != RENDER_TASK) for r in rs]),
+    }
+    if ps:
+        phases.update(_probe_phases(ps, style))
+        hosts = {p[f"hosts.{style}"] for p in ps}
+        assert hosts == {n + 2}, f"{style} {n}: the inventory has {hosts} hosts, not {n + 2}"
+    return phases
+
+
+def _point(
+    rs: list[dict[str, Any]], phases: dict[str, Any], output: dict[str, str], hosts_dir: Path, **about: Any
+) -> dict[str, Any]:
+    """One point of a curve: ``about`` (nodes, groups, inventory style, repeat), then the runs' times and the
+    rendered files' sizes."""
+    walls = [r["wall_s"] for r in rs]
+    plays = [r["play_s"] for r in rs if r["play_s"] is not None]
+    slurm_conf = output["slurm.conf"].splitlines()
+    gres_conf = output["gres.conf"].splitlines()
+    return {
+        **about,
+        "wall_s": _median(walls),
+        "play_s": _median(plays),
+        "cpu_s": _median([r["cpu_s"] for r in rs]),
+        "wall_s_min": _min(walls),
+        "play_s_min": _min(plays),
+        "cpu_s_min": _min([r["cpu_s"] for r in rs]),
+        "wall_s_runs": [round(w, 2) for w in walls],
+        "play_s_runs": [round(p, 2) for p in plays],
+        "cpu_s_runs": [round(r["cpu_s"], 2) for r in rs],
+        "phases": phases,
+        "slurm_conf_lines": len(slurm_conf),
+        "slurm_conf_nodename_lines": sum(line.startswith("NodeName=") for line in slurm_conf),
+        "gres_conf_lines": len(gres_conf),
+        "slurm_conf_bytes": len(output["slurm.conf"].encode()),
+        "inventory_bytes": (hosts_dir / "hosts.yml").stat().st_size,
+    }
+
+
+def measure_curve(root: Path, sizes: list[int], groups: int, styles: list[str], repeat: int, probe_on: bool) -> Any:
+    """All runs, round-robin over repeats, sizes and styles. Returns {style: [point per size]} and the outputs."""
+    inventories = {(style, n): write_inventory(root, n, groups, style) for style in styles for n in sizes}
+    warm = write_inventory(root / "warm", groups, groups, "listed")
+    runs, probes, outputs = _measure_all(root, inventories, warm, sizes, styles, repeat, probe_on)
     curves: dict[str, list[dict[str, Any]]] = {}
     for style in styles:
-        points = []
-        for n in sizes:
-            rs = runs[(style, n)]
-            walls = [r["wall_s"] for r in rs]
-            plays = [r["play_s"] for r in rs if r["play_s"] is not None]
-            slurm_conf = outputs[(style, n)]["slurm.conf"].splitlines()
-            gres_conf = outputs[(style, n)]["gres.conf"].splitlines()
-            phases: dict[str, Any] = {
-                "outside_play_s": _median([r["wall_s"] - r["play_s"] for r in rs if r["play_s"] is not None]),
-                "before_play_s": _median([r["before_play_s"] for r in rs]),
-                "after_play_s": _median([r["after_play_s"] for r in rs]),
-                "render_task_s": _median([r["tasks"].get(RENDER_TASK, 0.0) for r in rs]),
-                "other_tasks_s": _median([sum(s for name, s in r["tasks"].items() if name != RENDER_TASK) for r in rs]),
-            }
-            ps = probes[n]
-            if ps:
-                phases.update(
-                    {
-                        "ansible_import_s": _median([p["ansible_import_s"] for p in ps]),
-                        "inventory_parse_s": _median([p[f"inventory_parse_s.{style}"] for p in ps]),
-                        "inventory_parse_yaml_plugin_only_s": _median(
-                            [p[f"inventory_parse_yaml_plugin_only_s.{style}"] for p in ps]
-                        ),
-                        "host_vars_s": _median([p["host_vars_s"] for p in ps], 3),
-                        "hostlist_pass_s": _median([p["hostlist_pass_s"] for p in ps], 3),
-                    }
-                )
-                if style == "listed" and "inventory_parse_s.listed-json" in ps[0]:
-                    phases["inventory_parse_as_json_s"] = _median([p["inventory_parse_s.listed-json"] for p in ps])
-                    phases["inventory_parse_as_json_yaml_plugin_only_s"] = _median(
-                        [p["inventory_parse_yaml_plugin_only_s.listed-json"] for p in ps]
-                    )
-                hosts = {p[f"hosts.{style}"] for p in ps}
-                assert hosts == {n + 2}, f"{style} {n}: the inventory has {hosts} hosts, not {n + 2}"
-            points.append(
-                {
-                    "nodes": n,
-                    "groups": groups,
-                    "inventory": style,
-                    "repeat": repeat,
-                    "wall_s": _median(walls),
-                    "play_s": _median(plays),
-                    "cpu_s": _median([r["cpu_s"] for r in rs]),
-                    "wall_s_min": _min(walls),
-                    "play_s_min": _min(plays),
-                    "cpu_s_min": _min([r["cpu_s"] for r in rs]),
-                    "wall_s_runs": [round(w, 2) for w in walls],
-                    "play_s_runs": [round(p, 2) for p in plays],
-                    "cpu_s_runs": [round(r["cpu_s"], 2) for r in rs],
-                    "phases": phases,
-                    "slurm_conf_lines": len(slurm_conf),
-                    "slurm_conf_nodename_lines": sum(line.startswith("NodeName=") for line in slurm_conf),
-                    "gres_conf_lines": len(gres_conf),
-                    "slurm_conf_bytes": len(outputs[(style, n)]["slurm.conf"].encode()),
-                    "inventory_bytes": (inventories[(style, n)] / "hosts.yml").stat().st_size,
-                }
+        curves[style] = [
+            _point(
+                runs[(style, n)],
+                _phases(runs[(style, n)], probes[n], style, n),
+                outputs[(style, n)],
+                inventories[(style, n)],
+                nodes=n,
+                groups=groups,
+                inventory=style,
+                repeat=repeat,
             )
-        curves[style] = points
+            for n in sizes
+        ]
     return curves, outputs
 
 
@@ -424,7 +480,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,3000,10000", help="node counts, comma-separated")
     parser.add_argument("--groups", type=int, default=50)
@@ -436,23 +492,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "render.json")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of time against nodes")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.probe:
-        inventories = json.loads(args.probe)
-        print(json.dumps(probe(inventories, str(REPO / "roles" / "slurm"))))
-        return 0
+    return parser
 
-    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
-    styles = [s.strip() for s in args.styles.split(",") if s.strip()]
-    unknown = [s for s in styles if s not in STYLES]
-    if unknown:
-        parser.error(f"unknown inventory style(s) {unknown}; known: {list(STYLES)}")
-    load_before = os.getloadavg()
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="carme-bench-render-") as tmp:
-        curves, outputs = measure_curve(Path(tmp), sizes, args.groups, styles, args.repeat, not args.no_probe)
+
+def _report(
+    args: argparse.Namespace,
+    sizes: list[int],
+    styles: list[str],
+    curves: dict[str, list[dict[str, Any]]],
+    outputs: dict[tuple[str, int], dict[str, str]],
+    load_before: tuple[float, float, float],
+    started: float,
+) -> dict[str, Any]:
     all_points = [p for points in curves.values() for p in points]
-    report: dict[str, Any] = {
+    return {
         "benchmark": "render slurm.conf/gres.conf/cgroup.conf/slurmdbd.conf with the slurm role through ansible",
         "goal": "wall time at 10,000 nodes <= 1.2 x wall time at 100 nodes (issue 18)",
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -480,6 +533,26 @@ def main(argv: list[str] | None = None) -> int:
             len({json.dumps(outputs[(style, n)], sort_keys=True) for style in styles}) == 1 for n in sizes
         ),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.probe:
+        inventories = json.loads(args.probe)
+        print(json.dumps(probe(inventories, str(REPO / "roles" / "slurm"))))
+        return 0
+
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    unknown = [s for s in styles if s not in STYLES]
+    if unknown:
+        parser.error(f"unknown inventory style(s) {unknown}; known: {list(STYLES)}")
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="carme-bench-render-") as tmp:
+        curves, outputs = measure_curve(Path(tmp), sizes, args.groups, styles, args.repeat, not args.no_probe)
+    report = _report(args, sizes, styles, curves, outputs, load_before, started)
     text = json.dumps(report, indent=2)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
