@@ -93,6 +93,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -633,6 +635,70 @@ def portal_run(page: Any, watch: Watcher, image: str = IMAGE, check: bool = Fals
 # --- N users at once ---------------------------------------------------------------------------
 
 
+async def ready_then_200_async(api: Any, job_id: int, t0: float) -> tuple[float | None, float | None, int, Any]:
+    """Poll /api/sessions until the session is ready, then follow Connect until /proxy/<job>/lab answers 200, for
+    at most RUN_TIMEOUT_S after ``t0``: (ready time, 200 time, the last HTTP code, the portal's last view of it)."""
+    t_ready: float | None = None
+    t_200: float | None = None
+    last = 0
+    view: dict[str, Any] | None = None
+    while time.time() < t0 + RUN_TIMEOUT_S and t_200 is None:
+        if t_ready is None:
+            listing = await (await api.get(f"{BASE}/api/sessions")).json()
+            view = next((s for s in listing["sessions"] if s["job_id"] == job_id), None)
+            if view is not None and view["ready"]:
+                t_ready = time.time()
+                continue
+        else:
+            conn = await api.get(f"{BASE}/sessions/{job_id}/connect", max_redirects=0)
+            last, where = conn.status, conn.headers.get("location", "")
+            if last == 302 and where.startswith(f"{apps_origin(job_id)}/"):
+                final = await api.get(where)
+                last = final.status
+                if last == 200 and final.url.startswith(f"{apps_origin(job_id)}/proxy/{job_id}/"):
+                    t_200 = time.time()
+                    break
+        await asyncio.sleep(POLL_S)
+    return t_ready, t_200, last, view
+
+
+async def start_one(api: Any, token: str, user: str, start: asyncio.Event) -> dict[str, Any]:
+    """One of the concurrent sessions: started through the API once ``start`` is set, polled until it answers 200
+    through the proxy, then stopped."""
+    headers = {"X-CSRFToken": token, "Referer": BASE + "/"}
+    body = {"app": APP, "image": IMAGE, "gpus": 0, "time_minutes": SESSION_MINUTES}
+    await start.wait()
+    t0 = time.time()
+    resp = await api.post(f"{BASE}/api/sessions", data=body, headers=headers)
+    out: dict[str, Any] = {"user": user, "t_submit": rel(time.time(), t0), "t0": t0}
+    if resp.status != 201:
+        out["error"] = f"start answered {resp.status}: {(await resp.text())[:200]}"
+        return out
+    job_id = int((await resp.json())["job_id"])
+    out["job"] = job_id
+    try:
+        t_ready, t_200, last, view = await ready_then_200_async(api, job_id, t0)
+    finally:
+        stop = await api.post(f"{BASE}/api/sessions/{job_id}/stop", headers=headers)
+        out["stopped"] = stop.status == 200
+    out.update({"t_ready_portal": rel(t_ready, t0), "t_200": rel(t_200, t0), "last_code": last})
+    if t_200 is None:
+        said = "it no longer lists the session" if view is None else f"its last view: {view}"
+        out["error"] = f"no 200 within {RUN_TIMEOUT_S:.0f} s (last code {last}); the portal: {said}"
+    return out
+
+
+def add_watched(results: list[dict[str, Any]], watch: Watcher, t_all: float) -> None:
+    """What the head's watcher saw of each concurrent session, and when it started relative to the first."""
+    for r in results:
+        seen = watch.get(int(r.get("job", 0))) if r.get("job") else {}
+        r.update(milestones_from(seen, float(r["t0"])))
+        r["node"] = seen.get("node")
+        r["pending_reasons"] = sorted(set(seen.get("pending_reasons", [])))
+        r["waited_for_a_slot"] = "Resources" in r["pending_reasons"] or "Priority" in r["pending_reasons"]
+        r["t_start_offset"] = round(float(r.pop("t0")) - t_all, 3)
+
+
 async def concurrent_starts(states: dict[str, Any], plan: list[str], watch: Watcher) -> list[dict[str, Any]]:
     """Start ``len(plan)`` sessions at once (``plan``: the user of each), each from its own browser context."""
     from playwright.async_api import async_playwright
@@ -645,65 +711,16 @@ async def concurrent_starts(states: dict[str, Any], plan: list[str], watch: Watc
             for ctx in contexts:
                 tokens.append((await (await ctx.request.get(f"{BASE}/api/csrf-token")).json())["csrf_token"])
             start = asyncio.Event()
-
-            async def one(i: int, user: str) -> dict[str, Any]:
-                api = contexts[i].request
-                headers = {"X-CSRFToken": tokens[i], "Referer": BASE + "/"}
-                body = {"app": APP, "image": IMAGE, "gpus": 0, "time_minutes": SESSION_MINUTES}
-                await start.wait()
-                t0 = time.time()
-                resp = await api.post(f"{BASE}/api/sessions", data=body, headers=headers)
-                out: dict[str, Any] = {"user": user, "t_submit": rel(time.time(), t0), "t0": t0}
-                if resp.status != 201:
-                    out["error"] = f"start answered {resp.status}: {(await resp.text())[:200]}"
-                    return out
-                job_id = int((await resp.json())["job_id"])
-                out["job"] = job_id
-                t_ready: float | None = None
-                t_200: float | None = None
-                last = 0
-                view: dict[str, Any] | None = None
-                try:
-                    while time.time() < t0 + RUN_TIMEOUT_S and t_200 is None:
-                        if t_ready is None:
-                            listing = await (await api.get(f"{BASE}/api/sessions")).json()
-                            view = next((s for s in listing["sessions"] if s["job_id"] == job_id), None)
-                            if view is not None and view["ready"]:
-                                t_ready = time.time()
-                                continue
-                        else:
-                            conn = await api.get(f"{BASE}/sessions/{job_id}/connect", max_redirects=0)
-                            last, where = conn.status, conn.headers.get("location", "")
-                            if last == 302 and where.startswith(f"{apps_origin(job_id)}/"):
-                                final = await api.get(where)
-                                last = final.status
-                                if last == 200 and final.url.startswith(f"{apps_origin(job_id)}/proxy/{job_id}/"):
-                                    t_200 = time.time()
-                                    break
-                        await asyncio.sleep(POLL_S)
-                finally:
-                    stop = await api.post(f"{BASE}/api/sessions/{job_id}/stop", headers=headers)
-                    out["stopped"] = stop.status == 200
-                out.update({"t_ready_portal": rel(t_ready, t0), "t_200": rel(t_200, t0), "last_code": last})
-                if t_200 is None:
-                    said = "it no longer lists the session" if view is None else f"its last view: {view}"
-                    out["error"] = f"no 200 within {RUN_TIMEOUT_S:.0f} s (last code {last}); the portal: {said}"
-                return out
-
-            tasks = [asyncio.create_task(one(i, u)) for i, u in enumerate(plan)]
+            tasks = [
+                asyncio.create_task(start_one(contexts[i].request, tokens[i], u, start)) for i, u in enumerate(plan)
+            ]
             await asyncio.sleep(0.2)  # every task waits on the event
             t_all = time.time()
             start.set()
             results = list(await asyncio.gather(*tasks))
         finally:
             await browser.close()
-    for r in results:
-        seen = watch.get(int(r.get("job", 0))) if r.get("job") else {}
-        r.update(milestones_from(seen, float(r["t0"])))
-        r["node"] = seen.get("node")
-        r["pending_reasons"] = sorted(set(seen.get("pending_reasons", [])))
-        r["waited_for_a_slot"] = "Resources" in r["pending_reasons"] or "Priority" in r["pending_reasons"]
-        r["t_start_offset"] = round(float(r.pop("t0")) - t_all, 3)
+    add_watched(results, watch, t_all)
     return results
 
 
@@ -763,15 +780,9 @@ def breakdown(runs: list[dict[str, Any]], order: tuple[str, ...]) -> dict[str, A
     return {"segments": fine, "coarse": coarse, "milestones": {k: summary([r.get(k) for r in runs]) for k in order}}
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot_distributions(ax: Any, result: dict[str, Any]) -> None:
+    """Start -> JupyterLab 200 of each kind: box plot, every run, and the goals."""
     kinds = [k for k in ("floor", "portal", "container") if result.get(k) and result[k]["runs"]]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5), gridspec_kw={"width_ratios": [1.1, 1.6, 1.1]})
-    ax = axes[0]
     data = [[r["t_200"] for r in result[k]["runs"] if r.get("t_200") is not None] for k in kinds]
     ax.boxplot(data, showfliers=False, widths=0.5)
     ax.set_xticks(range(1, len(kinds) + 1), kinds)
@@ -788,8 +799,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Start latency, {len(data[0]) if data else 0} runs each")
     ax.legend(fontsize=8, loc="lower right")
 
-    ax = axes[1]
-    cmap = plt.get_cmap("tab10")
+
+def plot_breakdown(ax: Any, cmap: Any, result: dict[str, Any]) -> None:
+    """The median of each segment, stacked, for the floor and the portal."""
     for row, (kind, order) in enumerate((("floor", FLOOR_MILESTONES), ("portal", PORTAL_MILESTONES))):
         segs = result[kind]["breakdown"]["segments"]
         left = 0.0
@@ -805,28 +817,40 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_title("Where the time goes (medians per segment)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
 
-    ax = axes[2]
+
+def plot_concurrent(ax: Any, result: dict[str, Any]) -> None:
+    """Each of the concurrent sessions' start -> 200, by user and job."""
     conc = result.get("concurrent") or {}
     runs = sorted(conc.get("sessions", []), key=lambda r: (r.get("t_200") is None, r.get("t_200") or 0.0))
-    if runs:
-        top = max((r["t_200"] for r in runs if r.get("t_200") is not None), default=1.0)
-        heights = [r["t_200"] if r.get("t_200") is not None else top * 1.1 for r in runs]
-        colors = ["tab:red" if r.get("t_200") is None else "tab:orange" if r.get("waited_for_a_slot") else "tab:blue"
-                  for r in runs]  # fmt: skip
-        ax.bar(range(len(runs)), heights, color=colors, hatch=None)
-        for i, r in enumerate(runs):
-            if r.get("t_200") is None:
-                ax.text(i, heights[i], "no 200", ha="center", va="bottom", fontsize=7, color="tab:red")
-        ax.set_xticks(range(len(runs)), [f"{r['user']}\n{r.get('job', '-')}" for r in runs], fontsize=7)
-        ax.set_ylabel("start -> 200 through the proxy (s)")
-        last = conc.get("last_200_s")
-        said = (
-            f"last 200 at {last} s" if last is not None else f"{conc.get('answered')} of {conc.get('started')} answered"
-        )
-        ax.set_title(f"{conc.get('started')} sessions at once ({conc.get('users')} users, {conc.get('cluster_slots')} "
-                     f"slots): {said}\norange: waited for a free slot; red: never answered", fontsize=9)  # fmt: skip
-    else:
+    if not runs:
         ax.set_title("concurrent starts: not run")
+        return
+    top = max((r["t_200"] for r in runs if r.get("t_200") is not None), default=1.0)
+    heights = [r["t_200"] if r.get("t_200") is not None else top * 1.1 for r in runs]
+    colors = ["tab:red" if r.get("t_200") is None else "tab:orange" if r.get("waited_for_a_slot") else "tab:blue"
+              for r in runs]  # fmt: skip
+    ax.bar(range(len(runs)), heights, color=colors, hatch=None)
+    for i, r in enumerate(runs):
+        if r.get("t_200") is None:
+            ax.text(i, heights[i], "no 200", ha="center", va="bottom", fontsize=7, color="tab:red")
+    ax.set_xticks(range(len(runs)), [f"{r['user']}\n{r.get('job', '-')}" for r in runs], fontsize=7)
+    ax.set_ylabel("start -> 200 through the proxy (s)")
+    last = conc.get("last_200_s")
+    said = f"last 200 at {last} s" if last is not None else f"{conc.get('answered')} of {conc.get('started')} answered"
+    ax.set_title(f"{conc.get('started')} sessions at once ({conc.get('users')} users, {conc.get('cluster_slots')} "
+                 f"slots): {said}\norange: waited for a free slot; red: never answered", fontsize=9)  # fmt: skip
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5), gridspec_kw={"width_ratios": [1.1, 1.6, 1.1]})
+    plot_distributions(axes[0], result)
+    plot_breakdown(axes[1], plt.get_cmap("tab10"), result)
+    plot_concurrent(axes[2], result)
     fig.suptitle(f"Carme demo start latency, {result['date']} (load avg {result['load_avg_before'][0]:.1f} -> "
                  f"{result['load_avg_after'][0]:.1f}, {result['machine']['cpus']} CPUs)", fontsize=10)  # fmt: skip
     fig.tight_layout()
@@ -850,7 +874,7 @@ def cancel_users_jobs() -> None:
         on_head("scancel", "--user", user)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help=f"runs of each kind (at most {MAX_RUNS})")
     parser.add_argument("--concurrent", type=int, default=10, metavar="N", help="sessions started at once (0: none)")
@@ -866,206 +890,218 @@ def main() -> int:
         help="also time portal starts in this container image of the catalogue (kind container, e.g. base), "
         "alternating with the environment's",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+@dataclass
+class Collected:
+    """What a bench run gathers: the runs of each kind, the warm-up, the concurrent starts, the floor's request."""
+
+    floor: list[dict[str, Any]] = field(default_factory=list)
+    portal: list[dict[str, Any]] = field(default_factory=list)
+    container: list[dict[str, Any]] = field(default_factory=list)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    idle_waits: list[float] = field(default_factory=list)
+    states: dict[str, Any] = field(default_factory=dict)  # each user's logged-in browser state
+    max_sessions: dict[str, int | None] = field(default_factory=dict)
+    concurrent: dict[str, Any] | None = None
+    request: SessionRequest | None = None  # the floor's, copied from the warm-up portal job
+    runtime: str = ""
+
+    @property
+    def req(self) -> SessionRequest:
+        assert self.request is not None, "no request: the warm-up did not run"
+        return self.request
+
+
+def same_request(check_p: dict[str, Any], check_f: dict[str, Any]) -> dict[str, Any]:
+    """Where the warm-up floor job's request and launcher environment differ from the portal job's."""
+    diff = {k: [check_f.get("request", {}).get(k), v] for k, v in check_p["request"].items()
+            if check_f.get("request", {}).get(k) != v}  # fmt: skip
+    env_p = {k: v for k, v in check_p["launcher_env"].items() if k != "CARME_SESSION_SECRET"}
+    env_f = {k: v for k, v in check_f.get("launcher_env", {}).items() if k != "CARME_SESSION_SECRET"}
+    env_diff = {k: [env_f.get(k), env_p.get(k)] for k in sorted(set(env_p) | set(env_f))
+                if env_f.get(k) != env_p.get(k)}  # fmt: skip
+    # what sbatch adds to a job's environment by itself (SLURM_CPUS_PER_TASK from --cpus-per-task), and
+    # slurmrestd does not, is no difference of the request
+    slurm_only = {k: v for k, v in env_diff.items() if k.startswith("SLURM_")}
+    env_diff = {k: v for k, v in env_diff.items() if k not in slurm_only}
+    return {
+        "request_differs [floor, portal]": diff,
+        "launcher_env_differs [floor, portal]": env_diff,
+        "slurm_variables_differ [floor, portal]": slurm_only,
+        "same": not diff and not env_diff,
+    }
+
+
+def warm_up(page: Any, watch: Watcher, args: argparse.Namespace, got: Collected) -> None:
+    """Warm-up (not counted): a portal job whose request and launcher environment the floor copies, then a floor
+    job, both checked to ask for the same."""
+    warm_portal = portal_run(page, watch, check=True)
+    check_p = warm_portal.get("check") or {}
+    if "request" not in check_p or "CARME_IMAGE" not in check_p.get("launcher_env", {}):
+        raise RuntimeError(f"warm-up portal run gave no request to copy: {warm_portal}")
+    got.request, got.runtime = floor_request(check_p["fields"], check_p["launcher_env"])
+    got.idle_waits.append(watch.wait_idle(args.idle_wait))
+    warm_floor = floor_run(watch, got.req, got.runtime, check=True)
+    same = same_request(check_p, warm_floor.get("check") or {})
+    check_p.pop("fields", None)
+    got.warmup = {"portal": warm_portal, "floor": warm_floor, "same_request": same}
+    say(f"warm-up: same request and launcher environment: {got.warmup['same_request']}")
+
+
+def timed_runs(page: Any, watch: Watcher, args: argparse.Namespace, got: Collected, began: float) -> None:
+    """The counted runs: floor, portal (and container), alternating, each after the queue emptied, within the
+    budget."""
     runs = max(1, min(args.runs, MAX_RUNS))
-    why = portal_answers()
-    if why:
-        print(f"bench_start: the demo is not up ({why}); run `make demo` first", file=sys.stderr)
-        return 2
-    from playwright.sync_api import Page
+    for i in range(runs):
+        if time.monotonic() - began > args.budget - (100.0 if args.concurrent > 0 else 15.0):
+            say(f"budget of {args.budget:.0f} s spent after {i} runs of each")
+            break
+        got.idle_waits.append(watch.wait_idle(args.idle_wait))
+        got.floor.append(floor_run(watch, got.req, got.runtime))
+        say(f"floor  {i + 1}/{runs}: {got.floor[-1]}")
+        got.idle_waits.append(watch.wait_idle(args.idle_wait))
+        got.portal.append(portal_run(page, watch))
+        say(f"portal {i + 1}/{runs}: {got.portal[-1]}")
+        if args.container:
+            got.idle_waits.append(watch.wait_idle(args.idle_wait))
+            got.container.append(portal_run(page, watch, args.container))
+            say(f"container {i + 1}/{runs}: {got.container[-1]}")
+
+
+def log_in_users(demo: Demo, page: Any, got: Collected) -> None:
+    """Every user's browser state and session limit, for the concurrent starts (alice's from her page)."""
+    got.states["alice"] = page.context.storage_state()
+    got.max_sessions["alice"] = max_sessions_of(page)
+    for user in USERS[1:]:
+        other, _ = login(demo, user)
+        got.states[user] = other.context.storage_state()
+        got.max_sessions[user] = max_sessions_of(other)
+        other.context.close()
+        say(f"{user} logged in")
+
+
+def in_the_browser(watch: Watcher, args: argparse.Namespace, got: Collected, began: float) -> None:
+    """alice logs in; the warm-up and the counted runs; the other users log in when concurrent starts follow."""
     from playwright.sync_api import sync_playwright
 
-    Page.goto = goto_again_if_the_network_changed(Page.goto)  # type: ignore[method-assign]
-
-    began = time.monotonic()
-    load_before = os.getloadavg()
-    floor: list[dict[str, Any]] = []
-    portal: list[dict[str, Any]] = []
-    container: list[dict[str, Any]] = []
-    warmup: dict[str, Any] = {}
-    idle_waits: list[float] = []
-    states: dict[str, Any] = {}
-    max_sessions: dict[str, int | None] = {}
-    cancel_users_jobs()
-    watch = Watcher()
-    try:
-        with sync_playwright() as pw, tempfile.TemporaryDirectory() as shots:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            try:
-                demo = Demo(browser=browser, steps=Steps(Path(shots)))
-                page, _ = login(demo, "alice")
-                say("alice logged in")
-                idle_waits.append(watch.wait_idle(60))
-                # warm-up (not counted): a portal job whose request and launcher environment the floor copies
-                warm_portal = portal_run(page, watch, check=True)
-                check_p = warm_portal.get("check") or {}
-                if "request" not in check_p or "CARME_IMAGE" not in check_p.get("launcher_env", {}):
-                    raise RuntimeError(f"warm-up portal run gave no request to copy: {warm_portal}")
-                req, runtime = floor_request(check_p["fields"], check_p["launcher_env"])
-                idle_waits.append(watch.wait_idle(args.idle_wait))
-                warm_floor = floor_run(watch, req, runtime, check=True)
-                check_f = warm_floor.get("check") or {}
-                diff = {k: [check_f.get("request", {}).get(k), v] for k, v in check_p["request"].items()
-                        if check_f.get("request", {}).get(k) != v}  # fmt: skip
-                env_p = {k: v for k, v in check_p["launcher_env"].items() if k != "CARME_SESSION_SECRET"}
-                env_f = {k: v for k, v in check_f.get("launcher_env", {}).items() if k != "CARME_SESSION_SECRET"}
-                env_diff = {k: [env_f.get(k), env_p.get(k)] for k in sorted(set(env_p) | set(env_f))
-                            if env_f.get(k) != env_p.get(k)}  # fmt: skip
-                # what sbatch adds to a job's environment by itself (SLURM_CPUS_PER_TASK from --cpus-per-task), and
-                # slurmrestd does not, is no difference of the request
-                slurm_only = {k: v for k, v in env_diff.items() if k.startswith("SLURM_")}
-                env_diff = {k: v for k, v in env_diff.items() if k not in slurm_only}
-                check_p.pop("fields", None)
-                warmup = {
-                    "portal": warm_portal,
-                    "floor": warm_floor,
-                    "same_request": {
-                        "request_differs [floor, portal]": diff,
-                        "launcher_env_differs [floor, portal]": env_diff,
-                        "slurm_variables_differ [floor, portal]": slurm_only,
-                        "same": not diff and not env_diff,
-                    },
-                }
-                say(f"warm-up: same request and launcher environment: {warmup['same_request']}")
-                for i in range(runs):
-                    if time.monotonic() - began > args.budget - (100.0 if args.concurrent > 0 else 15.0):
-                        say(f"budget of {args.budget:.0f} s spent after {i} runs of each")
-                        break
-                    idle_waits.append(watch.wait_idle(args.idle_wait))
-                    floor.append(floor_run(watch, req, runtime))
-                    say(f"floor  {i + 1}/{runs}: {floor[-1]}")
-                    idle_waits.append(watch.wait_idle(args.idle_wait))
-                    portal.append(portal_run(page, watch))
-                    say(f"portal {i + 1}/{runs}: {portal[-1]}")
-                    if args.container:
-                        idle_waits.append(watch.wait_idle(args.idle_wait))
-                        container.append(portal_run(page, watch, args.container))
-                        say(f"container {i + 1}/{runs}: {container[-1]}")
-                if args.concurrent > 0:
-                    states["alice"] = page.context.storage_state()
-                    max_sessions["alice"] = max_sessions_of(page)
-                    for user in USERS[1:]:
-                        other, _ = login(demo, user)
-                        states[user] = other.context.storage_state()
-                        max_sessions[user] = max_sessions_of(other)
-                        other.context.close()
-                        say(f"{user} logged in")
-            finally:
-                browser.close()
-        concurrent: dict[str, Any] | None = None
-        if args.concurrent > 0:
-            per_user = min((m for m in max_sessions.values() if m), default=1)
-            slots, nodes = cluster_slots(req.cpus, req.mem_mb)
-            n = min(args.concurrent, per_user * len(USERS))
-            plan = [USERS[i % len(USERS)] for i in range(n)]
-            idle_waits.append(watch.wait_idle(args.idle_wait))
-            t_c = time.time()
-            sessions = asyncio.run(concurrent_starts(states, plan, watch))
-            done = [r["t_start_offset"] + r["t_200"] for r in sessions if r.get("t_200") is not None]
-            concurrent = {
-                "requested": args.concurrent,
-                "started": n,
-                "users": len(USERS),
-                "per_user_max_sessions": per_user,
-                "cluster_slots": slots,
-                "why_not_requested": None
-                if n == args.concurrent
-                else f"the demo has {len(USERS)} users and the portal allows {per_user} sessions each "
-                f"(max_sessions of the default policy): {n} at most",
-                "note": f"the cluster holds {slots} sessions of {req.cpus} CPU and {req.mem_mb} MB at once ({nodes}); "
-                "each session is stopped as soon as it answered 200, so the others may start"
-                + (f": {n - slots} of {n} had to wait for a slot" if n > slots else ""),
-                "gpus_per_session": 0,
-                "answered": len(done),
-                "last_200_s": round(max(done), 3) if len(done) == n else None,
-                "last_http200_s": round(max(done), 3) if len(done) == n else None,  # the name bench/run_all.py reads
-                "last_200_of_those_that_answered_s": round(max(done), 3) if done else None,
-                "t_200": summary([r.get("t_200") for r in sessions]),
-                "sessions": sessions,
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_c)),
-            }
-            print(f"concurrent: {json.dumps({k: v for k, v in concurrent.items() if k != 'sessions'})}", flush=True)
-        idle_waits.append(watch.wait_idle(args.idle_wait))
-    finally:
+    with sync_playwright() as pw, tempfile.TemporaryDirectory() as shots:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            leftover = [j for j, s in watch.jobs.items() if s.get("user") in USERS and "gone" not in s]
-            for job in leftover:
-                on_head("scancel", str(job))
+            demo = Demo(browser=browser, steps=Steps(Path(shots)))
+            page, _ = login(demo, "alice")
+            say("alice logged in")
+            got.idle_waits.append(watch.wait_idle(60))
+            warm_up(page, watch, args, got)
+            timed_runs(page, watch, args, got, began)
+            if args.concurrent > 0:
+                log_in_users(demo, page, got)
         finally:
-            watch.close()
-    load_after = os.getloadavg()
-    calls = sorted(watch.squeue_call_s)
-    result: dict[str, Any] = {
-        "benchmark": "Start to JupyterLab HTTP 200: portal (through the proxy) against the same launcher and app "
-        "submitted with sbatch and polled directly (bench/bench_start.py)",
-        "goal": {"portal_median_s": "floor median + 0.3", "portal_p90_s": 3.5},
-        "setup": {
-            "cluster": "the demo: 3 podman containers (head + 2 nodes x 2 CPUs x 2 fake GPUs) on this VM",
-            "request": {
-                "app": req.app,
-                "image": req.image,
-                "runtime": runtime,
-                "gpus": req.gpus,
-                "cpus": req.cpus,
-                "mem_mb": req.mem_mb,
-                "time_minutes": req.time_minutes,
-                "partition": req.partition,
-                "qos": req.qos,
-                "account": req.account,
-                "workdir": req.workdir,
-                "user": req.user,
-            },
-            "portal_path": "chromium click -> POST /sessions/new -> slurmrestd submit (script 'exec carme-launch') "
-            "-> carme-launch: front + JupyterLab on a Unix socket -> launcher probe, challenge, scontrol comment "
-            "-> portal state cache + probe -> /api/sessions ready -> /sessions/<job>/connect -> ticket -> apps "
-            "origin /proxy/<job>/lab (nginx auth_request) -> front -> JupyterLab",
-            "floor_path": f"sbatch as {req.user} on the head (carme_runtime.sessions.build_sbatch_argv, the same "
-            "script and CARME_* environment) -> carme-launch -> GET http://<node>:<front port><base>lab from the "
-            "head with the front key and token, no portal, no proxy",
-            "poll_interval_s": {"client": POLL_S, "squeue": 0.1, "connection_files": 0.05, "direct_probe": 0.05},
-            "squeue_call_s": {"median": round(statistics.median(calls), 4), "max": round(calls[-1], 4)}
-            if calls
-            else None,
-            "run_timeout_s": RUN_TIMEOUT_S,
-            "idle_wait_s": {
-                "cap": args.idle_wait,
-                "median": round(statistics.median(idle_waits), 2),
-                "max": round(max(idle_waits), 2),
-                "times_cap_reached": sum(w >= args.idle_wait for w in idle_waits),
-            }
-            if idle_waits
-            else None,
-        },
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        "load_avg_before": [round(x, 2) for x in load_before],
-        "load_avg_after": [round(x, 2) for x in load_after],
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "wall_s": round(time.monotonic() - began, 1),
-        "floor": {
-            "http200": summary([r.get("t_200") for r in floor]),
-            "breakdown": breakdown(floor, FLOOR_MILESTONES),
-            "runs": floor,
-        },
-        "portal": {
-            "http200": summary([r.get("t_200") for r in portal]),
-            "breakdown": breakdown(portal, PORTAL_MILESTONES),
-            "runs": portal,
-        },
-        "container": {
-            "image": args.container,
-            "http200": summary([r.get("t_200") for r in container]),
-            "breakdown": breakdown(container, PORTAL_MILESTONES),
-            "runs": container,
-        }
-        if args.container
-        else None,
-        "concurrent": concurrent,
-        "warmup": warmup,
+            browser.close()
+
+
+def concurrent_run(watch: Watcher, args: argparse.Namespace, got: Collected) -> dict[str, Any]:
+    """``--concurrent`` sessions at once (as many as the users' session limits allow), and what came of them."""
+    req = got.req
+    per_user = min((m for m in got.max_sessions.values() if m), default=1)
+    slots, nodes = cluster_slots(req.cpus, req.mem_mb)
+    n = min(args.concurrent, per_user * len(USERS))
+    plan = [USERS[i % len(USERS)] for i in range(n)]
+    got.idle_waits.append(watch.wait_idle(args.idle_wait))
+    t_c = time.time()
+    sessions = asyncio.run(concurrent_starts(got.states, plan, watch))
+    done = [r["t_start_offset"] + r["t_200"] for r in sessions if r.get("t_200") is not None]
+    concurrent = {
+        "requested": args.concurrent,
+        "started": n,
+        "users": len(USERS),
+        "per_user_max_sessions": per_user,
+        "cluster_slots": slots,
+        "why_not_requested": None
+        if n == args.concurrent
+        else f"the demo has {len(USERS)} users and the portal allows {per_user} sessions each "
+        f"(max_sessions of the default policy): {n} at most",
+        "note": f"the cluster holds {slots} sessions of {req.cpus} CPU and {req.mem_mb} MB at once ({nodes}); "
+        "each session is stopped as soon as it answered 200, so the others may start"
+        + (f": {n - slots} of {n} had to wait for a slot" if n > slots else ""),
+        "gpus_per_session": 0,
+        "answered": len(done),
+        "last_200_s": round(max(done), 3) if len(done) == n else None,
+        "last_http200_s": round(max(done), 3) if len(done) == n else None,  # the name bench/run_all.py reads
+        "last_200_of_those_that_answered_s": round(max(done), 3) if done else None,
+        "t_200": summary([r.get("t_200") for r in sessions]),
+        "sessions": sessions,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_c)),
     }
-    for kind, runs_of in (("floor", floor), ("portal", portal)):
+    print(f"concurrent: {json.dumps({k: v for k, v in concurrent.items() if k != 'sessions'})}", flush=True)
+    return concurrent
+
+
+def cancel_leftovers(watch: Watcher) -> None:
+    """Cancel every job of the demo's users that the watcher saw and did not see leave, then end the watcher."""
+    try:
+        leftover = [j for j, s in watch.jobs.items() if s.get("user") in USERS and "gone" not in s]
+        for job in leftover:
+            on_head("scancel", str(job))
+    finally:
+        watch.close()
+
+
+def request_record(req: SessionRequest, runtime: str) -> dict[str, Any]:
+    return {
+        "app": req.app,
+        "image": req.image,
+        "runtime": runtime,
+        "gpus": req.gpus,
+        "cpus": req.cpus,
+        "mem_mb": req.mem_mb,
+        "time_minutes": req.time_minutes,
+        "partition": req.partition,
+        "qos": req.qos,
+        "account": req.account,
+        "workdir": req.workdir,
+        "user": req.user,
+    }
+
+
+def setup_record(args: argparse.Namespace, got: Collected, watch: Watcher) -> dict[str, Any]:
+    calls = sorted(watch.squeue_call_s)
+    idle_waits = got.idle_waits
+    return {
+        "cluster": "the demo: 3 podman containers (head + 2 nodes x 2 CPUs x 2 fake GPUs) on this VM",
+        "request": request_record(got.req, got.runtime),
+        "portal_path": "chromium click -> POST /sessions/new -> slurmrestd submit (script 'exec carme-launch') "
+        "-> carme-launch: front + JupyterLab on a Unix socket -> launcher probe, challenge, scontrol comment "
+        "-> portal state cache + probe -> /api/sessions ready -> /sessions/<job>/connect -> ticket -> apps "
+        "origin /proxy/<job>/lab (nginx auth_request) -> front -> JupyterLab",
+        "floor_path": f"sbatch as {got.req.user} on the head (carme_runtime.sessions.build_sbatch_argv, the same "
+        "script and CARME_* environment) -> carme-launch -> GET http://<node>:<front port><base>lab from the "
+        "head with the front key and token, no portal, no proxy",
+        "poll_interval_s": {"client": POLL_S, "squeue": 0.1, "connection_files": 0.05, "direct_probe": 0.05},
+        "squeue_call_s": {"median": round(statistics.median(calls), 4), "max": round(calls[-1], 4)} if calls else None,
+        "run_timeout_s": RUN_TIMEOUT_S,
+        "idle_wait_s": {
+            "cap": args.idle_wait,
+            "median": round(statistics.median(idle_waits), 2),
+            "max": round(max(idle_waits), 2),
+            "times_cap_reached": sum(w >= args.idle_wait for w in idle_waits),
+        }
+        if idle_waits
+        else None,
+    }
+
+
+def kind_record(runs: list[dict[str, Any]], order: tuple[str, ...]) -> dict[str, Any]:
+    return {"http200": summary([r.get("t_200") for r in runs]), "breakdown": breakdown(runs, order), "runs": runs}
+
+
+def add_verdicts(result: dict[str, Any]) -> None:
+    """Running -> 200 of the floor and the portal, the portal's overhead over the floor, and the goals."""
+    for kind in ("floor", "portal"):
         result[kind]["running_to_200"] = summary(
             [None if r.get("t_200") is None or r.get("t_running") is None else r["t_200"] - r["t_running"]
-             for r in runs_of]
+             for r in result[kind]["runs"]]
         )  # fmt: skip
     fr, pr = result["floor"]["running_to_200"].get("median_s"), result["portal"]["running_to_200"].get("median_s")
     result["portal_minus_floor_running_to_200_median_s"] = None if fr is None or pr is None else round(pr - fr, 3)
@@ -1076,6 +1112,35 @@ def main() -> int:
         "median_within_floor_plus_0.3": None if p_med is None or f_med is None else p_med <= f_med + 0.3,
         "p90_within_3.5": None if p90 is None else p90 <= 3.5,
     }
+
+
+def result_of(
+    args: argparse.Namespace, got: Collected, watch: Watcher, began: float, load: tuple[Any, Any]
+) -> dict[str, Any]:
+    """The result file's content; ``load``: the load averages before and after."""
+    result: dict[str, Any] = {
+        "benchmark": "Start to JupyterLab HTTP 200: portal (through the proxy) against the same launcher and app "
+        "submitted with sbatch and polled directly (bench/bench_start.py)",
+        "goal": {"portal_median_s": "floor median + 0.3", "portal_p90_s": 3.5},
+        "setup": setup_record(args, got, watch),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "load_avg_before": [round(x, 2) for x in load[0]],
+        "load_avg_after": [round(x, 2) for x in load[1]],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": round(time.monotonic() - began, 1),
+        "floor": kind_record(got.floor, FLOOR_MILESTONES),
+        "portal": kind_record(got.portal, PORTAL_MILESTONES),
+        "container": {"image": args.container, **kind_record(got.container, PORTAL_MILESTONES)}
+        if args.container
+        else None,
+        "concurrent": got.concurrent,
+        "warmup": got.warmup,
+    }
+    add_verdicts(result)
+    return result
+
+
+def write_result(result: dict[str, Any], args: argparse.Namespace) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.plot:
@@ -1084,6 +1149,32 @@ def main() -> int:
             "load_avg_after", "wall_s")  # fmt: skip
     print(json.dumps({k: result[k] for k in keys}))
     print(json.dumps({"portal": result["portal"]["http200"], "floor": result["floor"]["http200"]}))
+
+
+def main() -> int:
+    args = parse_args()
+    why = portal_answers()
+    if why:
+        print(f"bench_start: the demo is not up ({why}); run `make demo` first", file=sys.stderr)
+        return 2
+    from playwright.sync_api import Page
+
+    Page.goto = goto_again_if_the_network_changed(Page.goto)  # type: ignore[method-assign]
+
+    began = time.monotonic()
+    load_before = os.getloadavg()
+    got = Collected()
+    cancel_users_jobs()
+    watch = Watcher()
+    try:
+        in_the_browser(watch, args, got, began)
+        if args.concurrent > 0:
+            got.concurrent = concurrent_run(watch, args, got)
+        got.idle_waits.append(watch.wait_idle(args.idle_wait))
+    finally:
+        cancel_leftovers(watch)
+    load_after = os.getloadavg()
+    write_result(result_of(args, got, watch, began, (load_before, load_after)), args)
     return 0
 
 
