@@ -76,203 +76,6 @@ def write_log(log_dir: str, name: str, line: str) -> str | None:
     return None
 
 
-# --- scratch -----------------------------------------------------------------------------------------
-
-
-class ScratchPlan:
-    """What the epilog will do with the job's scratch path: ``action`` is
-    ``remove_tree``, ``unlink`` (a file or a symlink, never followed), ``absent`` or ``refuse``."""
-
-    __slots__ = ("action", "path", "reason")
-
-    def __init__(self, action: str, path: str, reason: str = "") -> None:
-        self.action = action
-        self.path = path
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"ScratchPlan({self.action!r}, {self.path!r}, {self.reason!r})"
-
-
-def plan_scratch_removal(root: str, pattern: str, ctx: JobContext) -> ScratchPlan:
-    """Decide how to remove ``<root>/<pattern>`` for this job without leaving ``root`` or following links.
-
-    ``pattern`` may use ``{job_id}``, ``{user}`` and ``{uid}`` (default ``{job_id}``). Only ``lstat`` is
-    used: every component below the root must be a real directory; a symlink as the last component is
-    unlinked, its target untouched.
-    """
-    try:
-        rel = pattern.format(job_id=ctx.job_id, user=ctx.user, uid=ctx.uid)
-    except (KeyError, IndexError, ValueError) as exc:
-        return ScratchPlan("refuse", pattern, f"bad scratch_pattern: {exc}")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if not parts or rel.startswith("/") or ".." in parts:
-        return ScratchPlan("refuse", rel, "scratch path must stay inside the scratch root")
-    real_root = os.path.realpath(root)
-    path = os.path.join(real_root, *parts)
-    if os.path.commonpath([real_root, path]) != real_root or path == real_root:
-        return ScratchPlan("refuse", path, "outside the scratch root")
-    import stat
-
-    current = real_root
-    for i, part in enumerate(parts):
-        current = os.path.join(current, part)
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            return ScratchPlan("absent", path)
-        except OSError as exc:
-            return ScratchPlan("refuse", path, f"lstat {current}: {exc.strerror}")
-        last = i == len(parts) - 1
-        if stat.S_ISLNK(st.st_mode):
-            if last:
-                return ScratchPlan("unlink", path, "symlink: removed, target untouched")
-            return ScratchPlan("refuse", path, f"{current} is a symlink")
-        if not last and not stat.S_ISDIR(st.st_mode):
-            return ScratchPlan("refuse", path, f"{current} is not a directory")
-        if last:
-            return ScratchPlan("remove_tree" if stat.S_ISDIR(st.st_mode) else "unlink", path)
-    return ScratchPlan("absent", path)  # pragma: no cover - loop always returns
-
-
-def execute_scratch_plan(plan: ScratchPlan) -> str:
-    """Carry out a plan; return a short outcome for the log."""
-    if plan.action in ("absent", "refuse"):
-        return f"{plan.action}{': ' + plan.reason if plan.reason else ''}"
-    try:
-        if plan.action == "unlink":
-            os.unlink(plan.path)
-        else:
-            remove_tree(plan.path)
-    except OSError as exc:
-        return f"failed: {exc}"
-    return "removed"
-
-
-#: a directory opened without following a symlink in its last component
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-
-
-def remove_tree(path: str) -> None:
-    """Remove the directory ``path`` and everything below it; raise the first :class:`OSError`.
-
-    The fd-based walk of ``shutil.rmtree`` on Linux (``shutil._rmtree_safe_fd`` in Python 3.11) without importing
-    ``shutil``, which pulls ``zlib``, ``bz2`` and ``lzma`` into every epilog. Each directory is opened relative to
-    its parent with ``O_NOFOLLOW`` and its entries are removed through ``dir_fd``, so a symlink in the tree is
-    unlinked, never followed, even one swapped in for a directory during the walk; a symlink at the top fails.
-    """
-    fd = os.open(path, _DIR_FLAGS)
-    try:
-        _remove_contents(fd)
-    finally:
-        os.close(fd)
-    os.rmdir(path)
-
-
-def _remove_contents(dir_fd: int) -> None:
-    with os.scandir(dir_fd) as it:
-        entries = list(it)
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
-            try:
-                _remove_contents(fd)
-            finally:
-                os.close(fd)
-            os.rmdir(entry.name, dir_fd=dir_fd)
-        else:
-            os.unlink(entry.name, dir_fd=dir_fd)
-
-
-# --- leftover processes -----------------------------------------------------------------------------
-
-
-def user_pids(uid: int, proc_root: str = "/proc", exclude: frozenset[int] = frozenset()) -> list[int]:
-    """PIDs whose real uid is ``uid`` (read from ``<proc_root>/<pid>/status``)."""
-    pids = []
-    try:
-        entries = os.listdir(proc_root)
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
-        try:
-            # One raw read, no file object: this runs for every process on the node in every epilog.
-            fd = os.open(os.path.join(proc_root, entry, "status"), os.O_RDONLY)
-            try:
-                status = b"\n" + os.read(fd, 4096)  # "Uid:" is the 9th line, far inside the first 4 KiB
-            finally:
-                os.close(fd)
-            start = status.index(b"\nUid:") + 1
-            if int(status[start:].split(b"\n", 1)[0].split()[1]) == uid:
-                pids.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return sorted(pids)
-
-
-def should_kill_leftovers(
-    ctx: JobContext, squeue_rc: int, squeue_out: str, node: str, min_uid: int
-) -> tuple[bool, str]:
-    """Pure decision: kill the user's leftover processes only if they have no other job on ``node``."""
-    if ctx.uid < min_uid:
-        return False, f"uid {ctx.uid} < min_uid {min_uid}"
-    if squeue_rc != 0:
-        return False, f"squeue failed (rc={squeue_rc}); keeping processes"
-    from carme_runtime.slurm_formats import SlurmParseError
-    from carme_runtime.slurm_formats import jobs_on_node
-    from carme_runtime.slurm_formats import parse_squeue_json
-
-    try:
-        jobs = parse_squeue_json(squeue_out)
-    except (SlurmParseError, ValueError, TypeError) as exc:
-        return False, f"squeue output unreadable ({exc}); keeping processes"
-    others = [j.job_id for j in jobs_on_node(jobs, node, user=ctx.user) if j.job_id != ctx.job_id]
-    if others:
-        return False, f"user has other jobs on {node}: {others}"
-    return True, f"no other job of {ctx.user} on {node}"
-
-
-def clean_leftovers(
-    ctx: JobContext, min_uid: int, runner: Runner, kill: Callable[[int, int], None], proc_root: str
-) -> str:
-    """Kill the job user's processes left on this node when they have no other job here.
-
-    The cheap local check comes first: when the user has no process left (the usual case with
-    ``proctrack/cgroup``), slurmctld is not asked at all. Otherwise ``squeue`` decides, and ``/proc``
-    is scanned again right before killing so a PID that ended meanwhile is not reused by mistake.
-    """
-    if ctx.uid < min_uid:
-        return f"kept (uid {ctx.uid} < min_uid {min_uid})"
-    me = frozenset({os.getpid()})
-    if not user_pids(ctx.uid, proc_root, exclude=me):
-        return "none"
-    node = ctx.node
-    if not node:
-        import socket
-
-        node = socket.gethostname().split(".")[0]
-    from carme_runtime.slurm_formats import squeue_node_user_argv
-
-    rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
-    do_kill, why = should_kill_leftovers(ctx, rc, out, node, min_uid)
-    if not do_kill:
-        return f"kept ({why})"
-    import signal
-
-    killed = 0
-    for pid in user_pids(ctx.uid, proc_root, exclude=me):
-        try:
-            kill(pid, signal.SIGKILL)
-            killed += 1
-        except ProcessLookupError:
-            continue
-        except OSError as exc:
-            why += f"; kill {pid}: {exc.strerror}"
-    return f"killed {killed} ({why})"
-
-
 # --- the hooks -----------------------------------------------------------------------------------------
 
 
@@ -294,8 +97,7 @@ def _context_or_log(hook: str, env: Mapping[str, str]) -> JobContext | None:
         write_log(
             log_dir,
             "hooks",
-            f"{hook} malformed-env {exc}; node={env.get('SLURMD_NODENAME', '?')[:64]!r}; "
-            "exit 0 (node not drained)",
+            f"{hook} malformed-env {exc}; node={env.get('SLURMD_NODENAME', '?')[:64]!r}; exit 0 (node not drained)",
         )
         sys.stderr.write(f"carme-{hook}: malformed Slurm environment: {exc}\n")
         return None
@@ -367,9 +169,7 @@ def run_prolog(
     from carme_runtime import gpu
 
     allocated = gpu.allocated_gpus(ctx.gpus_env)
-    gpus_s = (
-        "none" if not allocated else ",".join(map(str, allocated)) if allocated is not None else "unparseable"
-    )
+    gpus_s = "none" if not allocated else ",".join(map(str, allocated)) if allocated is not None else "unparseable"
     cancelled = False
     if cfg.gpu_check == "off":
         gpu_s, result = "gpu_check=off", "ok"
@@ -429,6 +229,10 @@ def run_epilog(
     if start is None:
         return EXIT_OK
     ctx, cfg, log_dir, head = start.ctx, start.cfg, start.log_dir, start.head
+    from carme_runtime.job_cleanup import clean_leftovers
+    from carme_runtime.job_cleanup import execute_scratch_plan
+    from carme_runtime.job_cleanup import plan_scratch_removal
+
     plan = plan_scratch_removal(cfg.scratch_root, cfg.scratch_pattern, ctx)
     scratch = execute_scratch_plan(plan)
     leftovers = "disabled"
@@ -440,7 +244,5 @@ def run_epilog(
 
         stopped = beeond.epilog(ctx, env, cfg, runner, beeond_runner or _beeond_runner(cfg), is_mounted=is_mounted)
         beeond_s = f" beeond={stopped}"
-    write_log(
-        log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}{beeond_s}"
-    )
+    write_log(log_dir, str(ctx.job_id), f"{head} scratch={plan.path} {scratch} leftovers={leftovers}{beeond_s}")
     return EXIT_OK

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import hooks
+from carme_runtime import job_cleanup
 from carme_runtime.entry_points import epilog_main
 from carme_runtime.entry_points import prolog_main
 from carme_runtime.job import InvalidJobEnv
@@ -166,7 +167,7 @@ def test_symlink_inside_scratch_not_followed(hook_env: dict[str, str], tmp_path:
     "pattern", ["../{job_id}", "/etc/{job_id}", "{job_id}/..", "", "{nope}", "x/../../y"]
 )
 def test_scratch_patterns_outside_root_refused(tmp_path: Path, pattern: str) -> None:
-    plan = hooks.plan_scratch_removal(str(tmp_path / "scratch"), pattern, ctx())
+    plan = job_cleanup.plan_scratch_removal(str(tmp_path / "scratch"), pattern, ctx())
     assert plan.action == "refuse"
 
 
@@ -176,18 +177,18 @@ def test_intermediate_symlink_refused(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     (outside / "41").mkdir(parents=True)
     (root / "alice").symlink_to(outside)
-    plan = hooks.plan_scratch_removal(str(root), "{user}/{job_id}", ctx())
+    plan = job_cleanup.plan_scratch_removal(str(root), "{user}/{job_id}", ctx())
     assert plan.action == "refuse"
-    assert hooks.execute_scratch_plan(plan).startswith("refuse")
+    assert job_cleanup.execute_scratch_plan(plan).startswith("refuse")
     assert (outside / "41").is_dir()
 
 
 def test_scratch_plan_absent_and_file(tmp_path: Path) -> None:
     root = tmp_path / "scratch"
     root.mkdir()
-    assert hooks.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "absent"
+    assert job_cleanup.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "absent"
     (root / "41").write_text("x")
-    assert hooks.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "unlink"
+    assert job_cleanup.plan_scratch_removal(str(root), "{job_id}", ctx()).action == "unlink"
 
 
 # --- epilog: leftover processes -------------------------------------------------------------------
@@ -257,7 +258,7 @@ def test_epilog_never_kills_system_uids(hook_env: dict[str, str], tmp_path: Path
 
 
 def test_user_pids_reads_real_proc() -> None:
-    assert os.getpid() in hooks.user_pids(os.getuid())
+    assert os.getpid() in job_cleanup.user_pids(os.getuid())
 
 
 def test_epilog_without_leftovers_does_not_ask_slurm(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import hooks
+from carme_runtime import job_cleanup
 from carme_runtime.exit_codes import ExitCode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_remove_tree_removes_nested_tree_and_never_follows_links(tmp_path: Path)
     (top / "a" / "b" / "filelink").symlink_to(victim / "sub" / "keep")
     (top / "dangling").symlink_to(tmp_path / "nowhere")
     os.mkfifo(top / "fifo")
-    hooks.remove_tree(str(top))
+    job_cleanup.remove_tree(str(top))
     assert not top.exists()
     assert (victim / "sub" / "keep").read_text() == "precious"
 
@@ -127,7 +128,7 @@ def test_remove_tree_refuses_a_symlink_at_the_top(tmp_path: Path) -> None:
     (victim / "keep").write_text("precious")
     (tmp_path / "link").symlink_to(victim)
     with pytest.raises(OSError):
-        hooks.remove_tree(str(tmp_path / "link"))
+        job_cleanup.remove_tree(str(tmp_path / "link"))
     assert (victim / "keep").read_text() == "precious"
     assert (tmp_path / "link").is_symlink()
 
@@ -135,9 +136,9 @@ def test_remove_tree_refuses_a_symlink_at_the_top(tmp_path: Path) -> None:
 def test_remove_tree_raises_for_a_file_or_a_missing_path(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError):
-        hooks.remove_tree(str(tmp_path / "file"))
+        job_cleanup.remove_tree(str(tmp_path / "file"))
     with pytest.raises(FileNotFoundError):
-        hooks.remove_tree(str(tmp_path / "missing"))
+        job_cleanup.remove_tree(str(tmp_path / "missing"))
 
 
 def test_remove_tree_failure_is_reported_by_the_epilog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +150,7 @@ def test_remove_tree_failure_is_reported_by_the_epilog(tmp_path: Path, monkeypat
         raise PermissionError(13, "Permission denied", path)
 
     monkeypatch.setattr(os, "unlink", denied)
-    outcome = hooks.execute_scratch_plan(hooks.ScratchPlan("remove_tree", str(top)))
+    outcome = job_cleanup.execute_scratch_plan(job_cleanup.ScratchPlan("remove_tree", str(top)))
     monkeypatch.undo()
     assert outcome == "failed: [Errno 13] Permission denied: 'f'"
     assert (top / "sub" / "f").exists()
@@ -168,5 +169,5 @@ def test_user_pids_reads_status_as_bytes(tmp_path: Path) -> None:
     (proc / "16").mkdir()
     (proc / "16" / "status").write_text("Name:\tUid:\t1001\nUid:\t7\t1001\t1001\t1001\n")  # the real uid counts
     (proc / "self").mkdir()
-    assert hooks.user_pids(1001, str(proc)) == [10, 12]
-    assert hooks.user_pids(1001, str(proc), exclude=frozenset({12})) == [10]
+    assert job_cleanup.user_pids(1001, str(proc)) == [10, 12]
+    assert job_cleanup.user_pids(1001, str(proc), exclude=frozenset({12})) == [10]
