@@ -105,6 +105,8 @@ import tarfile
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -858,14 +860,182 @@ def difference(a: dict[str, Any], b: dict[str, Any], *path: str) -> float | None
 BEGAN = time.monotonic()
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help=f"counted runs of each kind (at most {MAX_RUNS})")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "jupyterhub.json")
     parser.add_argument("--time-limit", type=float, default=420.0,
                         help="seconds for the whole bench, setup and teardown included")  # fmt: skip
     parser.add_argument("--idle-wait", type=float, default=20.0, help="longest wait for alice's queue to empty")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+@dataclass
+class HubBench:
+    """What the bench gathers, and what its teardown needs (the nodes, the jobs it knows of, the driver)."""
+
+    args: argparse.Namespace
+    hub: list[dict[str, Any]] = field(default_factory=list)
+    floor: list[dict[str, Any]] = field(default_factory=list)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    versions: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    idle: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    known_jobs: set[int] = field(default_factory=set)
+    stopped_by_limit: bool = False
+    driver: Driver | None = None
+    torn: dict[str, Any] = field(default_factory=dict)
+
+    def one(self, kind: str, spec: dict[str, Any], check: bool = False) -> dict[str, Any]:
+        """One run of ``kind`` (hub or floor) by the driver, after alice's queue emptied."""
+        drv = self.driver
+        assert drv is not None
+        self.idle.append(drv.call("wait_idle", timeout=self.args.idle_wait + 10, limit=self.args.idle_wait))
+        result = drv.call("hub", check=check) if kind == "hub" else drv.call("floor", spec=spec, check=check)
+        if result.get("job"):
+            self.known_jobs.add(int(result["job"]))
+        if result.get("error"):
+            self.errors.append(f"{kind}: {result['error']}")
+        return result
+
+
+def install(b: HubBench) -> None:
+    """The cache on this host, then JupyterHub on the head and its server's packages on the nodes, in parallel."""
+    t = time.monotonic()
+    files = prepare_cache(CACHE)
+    b.timings["cache_s"] = round(time.monotonic() - t, 1)
+    b.nodes = partition_nodes(REQUEST["partition"])
+    left = on_head("squeue", "-h", "-u", USER, "-o", "%i %j").stdout.strip()
+    if left:
+        say(f"waiting for {USER}'s jobs to end first: {left}")
+    t = time.monotonic()
+    say(f"installing into {HEAD} and {', '.join(b.nodes)} ({WHERE})")
+    jobs: dict[str, Any] = {"head": lambda: setup_head(files)}
+    for n in b.nodes:
+        jobs[n] = lambda n=n: setup_node(n, files)
+    installed = in_parallel(jobs)
+    b.versions = {"head": installed.pop("head"), "nodes": installed, "jupyterhub": JUPYTERHUB,
+                  "batchspawner": BATCHSPAWNER, "configurable-http-proxy": CHP, "nodejs": NODEJS,
+                  "slurm": on_head("sinfo", "--version").stdout.strip()}  # fmt: skip
+    b.timings["install_s"] = round(time.monotonic() - t, 1)
+    say(f"installed in {b.timings['install_s']} s: {json.dumps(b.versions)}")
+
+
+def bring_up_hub(b: HubBench) -> None:
+    """The hub's configuration, the hub, the head-side driver; alice logs in to the hub."""
+    token, password = secrets.token_hex(32), secrets.token_urlsafe(18)
+    connect = head_name_for_nodes(b.nodes)
+    ports = free_ports(3)
+    in_container(HEAD, "bash", "-c", f"umask 077; cat > {WHERE}/jupyterhub_config.py",
+                 stdin=hub_config(ports, connect, token, password))  # fmt: skip
+    t = time.monotonic()
+    start_hub()
+    b.driver = Driver({"public": f"http://127.0.0.1:{ports[0]}", "token": token, "user": USER,
+                       "password": password, "poll_s": POLL_S, "run_timeout_s": RUN_TIMEOUT_S,
+                       "hub_log": f"{WHERE}/run/hub.log", "home": REQUEST["workdir"]})  # fmt: skip
+    up = b.driver.call("wait_hub", timeout=70, limit=60)
+    if not up.get("ok"):
+        raise RuntimeError(f"{up.get('error')}\n{hub_log_tail()}")
+    logged = b.driver.call("login")
+    if not logged.get("ok"):
+        raise RuntimeError(f"alice's hub login failed: {logged}\n{hub_log_tail()}")
+    b.timings["hub_up_s"] = round(time.monotonic() - t, 1)
+    say(f"hub up on {HEAD} (proxy 127.0.0.1:{ports[0]}, hub {connect}:{ports[2]}), alice logged in")
+
+
+def measure(b: HubBench, runs: int, deadline: float) -> None:
+    """A warm-up run of each kind (their requests compared), then hub and floor runs in turn while time is left."""
+    spec = floor_spec()
+    t = time.monotonic()
+    b.warmup["hub"] = b.one("hub", spec, check=True)
+    say(f"warm-up hub: {json.dumps({k: v for k, v in b.warmup['hub'].items() if k != 'scontrol'})}")
+    b.warmup["floor"] = b.one("floor", spec, check=True)
+    say(f"warm-up floor: {json.dumps({k: v for k, v in b.warmup['floor'].items() if k != 'scontrol'})}")
+    b.warmup["same_request"] = same_request(b.warmup["hub"], b.warmup["floor"])
+    say(f"same request: {b.warmup['same_request'].get('same')} {b.warmup['same_request'].get('differs')}")
+    pair_s = time.monotonic() - t
+    for i in range(runs):
+        if time.monotonic() + pair_s * 1.2 > deadline - TEARDOWN_RESERVE_S:
+            b.stopped_by_limit = True
+            say(f"time limit of {b.args.time_limit:.0f} s: stopping after {i} runs of each")
+            break
+        t = time.monotonic()
+        b.hub.append(b.one("hub", spec))
+        say(f"hub   {i + 1}/{runs}: t_200 {b.hub[-1].get('t_200')} s {b.hub[-1].get('error', '')}")
+        b.floor.append(b.one("floor", spec))
+        say(f"floor {i + 1}/{runs}: t_200 {b.floor[-1].get('t_200')} s {b.floor[-1].get('error', '')}")
+        pair_s = max(pair_s * 0.5, time.monotonic() - t)
+
+
+def tear_down(b: HubBench) -> None:
+    """End the driver (it names the jobs it saw), then remove everything the bench put on the demo."""
+    if b.driver is not None:
+        seen = b.driver.close()
+        b.known_jobs |= {int(j) for j, rec in seen.get("jobs", {}).items()
+                         if rec.get("name") in (HUB_JOB_NAME, FLOOR_JOB_NAME)}  # fmt: skip
+    t = time.monotonic()
+    try:
+        b.torn = teardown(b.nodes, b.known_jobs)
+    except Exception as exc:
+        b.errors.append(f"teardown: {type(exc).__name__}: {exc}")
+    b.timings["teardown_s"] = round(time.monotonic() - t, 1)
+    say(f"torn down in {b.timings['teardown_s']} s: {b.torn}")
+
+
+def setup_record(b: HubBench) -> dict[str, Any]:
+    return {
+        "cluster": "the demo: 3 podman containers (head + 2 nodes x 2 CPUs x 2 fake GPUs) on this VM",
+        "request": {"user": USER, **REQUEST},
+        "app_environment": APP_ENV,
+        "hub": f"JupyterHub {JUPYTERHUB} as root on {HEAD}, SlurmSpawner (batchspawner {BATCHSPAWNER}, its "
+        "default script and exec_prefix 'sudo -E -u {username}'), configurable-http-proxy "
+        f"{CHP} on Node.js {NODEJS} on the head's loopback, SharedPasswordAuthenticator",
+        "hub_path": "POST /hub/api/users/alice/server (admin service token) -> batchspawner: sbatch as alice -> "
+        "srun batchspawner-singleuser jupyterhub-singleuser (app env Python + PYTHONPATH) -> port to the hub "
+        "-> hub polls the server -> proxy route; client: GET /user/alice/lab with alice's hub cookies, "
+        "following JupyterHub's OAuth redirects, every 0.1 s until 200",
+        "floor_path": f"sbatch as alice (runuser) of 'exec {APP_ENV}/bin/jupyter-lab' with the same request; "
+        "GET http://<node>:<port>/lab from the head with the token header every 0.1 s until 200",
+        "poll_interval_s": {"client": POLL_S, "squeue": 0.1, "batchspawner_startup_poll": 0.5},
+        "run_timeout_s": RUN_TIMEOUT_S,
+        "timings_s": b.timings,
+        "idle_waits": b.idle,
+    }
+
+
+def result_of(b: HubBench, runs: int, load: tuple[Any, Any]) -> dict[str, Any]:
+    """The result file's content; ``load``: the load averages before and after."""
+    result: dict[str, Any] = {
+        "benchmark": "JupyterHub + batchspawner on the demo: spawn request to JupyterLab HTTP 200 through "
+        "JupyterHub's proxy, against a bare JupyterLab of the same app environment started by sbatch "
+        "(bench/bench_jupyterhub.py)",
+        "versions": b.versions,
+        "setup": setup_record(b),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "load_avg_before": [round(x, 2) for x in load[0]],
+        "load_avg_after": [round(x, 2) for x in load[1]],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": round(time.monotonic() - BEGAN, 1),
+        "time_limit_s": b.args.time_limit,
+        "runs_requested": runs,
+        "stopped_by_time_limit": b.stopped_by_limit,
+        "hub": kind_summary(b.hub, HUB_MILESTONES),
+        "floor": kind_summary(b.floor, FLOOR_MILESTONES),
+        "warmup": b.warmup,
+        "teardown": b.torn,
+        "errors": b.errors,
+    }
+    result["hub_minus_floor_median_s"] = difference(result["hub"], result["floor"], "http200", "median_s")
+    result["hub_minus_floor_running_to_200_median_s"] = difference(
+        result["hub"], result["floor"], "running_to_200", "median_s"
+    )
+    return result
+
+
+def main() -> int:
+    args = parse_args()
     runs = max(1, min(args.runs, MAX_RUNS))
     deadline = BEGAN + args.time_limit
     if run(["podman", "exec", HEAD, "sinfo", "-h"]).returncode != 0:
@@ -873,150 +1043,25 @@ def main() -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     load_before = os.getloadavg()
-    hub: list[dict[str, Any]] = []
-    floor: list[dict[str, Any]] = []
-    warmup: dict[str, Any] = {}
-    errors: list[str] = []
-    versions: dict[str, Any] = {}
-    timings: dict[str, float] = {}
-    idle: list[dict[str, Any]] = []
-    nodes: list[str] = []
-    known_jobs: set[int] = set()
-    stopped_by_limit = False
-    driver: Driver | None = None
-    torn: dict[str, Any] = {}
+    b = HubBench(args)
     try:
-        t = time.monotonic()
-        files = prepare_cache(CACHE)
-        timings["cache_s"] = round(time.monotonic() - t, 1)
-        nodes = partition_nodes(REQUEST["partition"])
-        left = on_head("squeue", "-h", "-u", USER, "-o", "%i %j").stdout.strip()
-        if left:
-            say(f"waiting for {USER}'s jobs to end first: {left}")
-        t = time.monotonic()
-        say(f"installing into {HEAD} and {', '.join(nodes)} ({WHERE})")
-        jobs: dict[str, Any] = {"head": lambda: setup_head(files)}
-        for n in nodes:
-            jobs[n] = lambda n=n: setup_node(n, files)
-        installed = in_parallel(jobs)
-        versions = {"head": installed.pop("head"), "nodes": installed, "jupyterhub": JUPYTERHUB,
-                    "batchspawner": BATCHSPAWNER, "configurable-http-proxy": CHP, "nodejs": NODEJS,
-                    "slurm": on_head("sinfo", "--version").stdout.strip()}  # fmt: skip
-        timings["install_s"] = round(time.monotonic() - t, 1)
-        say(f"installed in {timings['install_s']} s: {json.dumps(versions)}")
-        token, password = secrets.token_hex(32), secrets.token_urlsafe(18)
-        connect = head_name_for_nodes(nodes)
-        ports = free_ports(3)
-        in_container(HEAD, "bash", "-c", f"umask 077; cat > {WHERE}/jupyterhub_config.py",
-                     stdin=hub_config(ports, connect, token, password))  # fmt: skip
-        t = time.monotonic()
-        start_hub()
-        driver = Driver({"public": f"http://127.0.0.1:{ports[0]}", "token": token, "user": USER,
-                         "password": password, "poll_s": POLL_S, "run_timeout_s": RUN_TIMEOUT_S,
-                         "hub_log": f"{WHERE}/run/hub.log", "home": REQUEST["workdir"]})  # fmt: skip
-        up = driver.call("wait_hub", timeout=70, limit=60)
-        if not up.get("ok"):
-            raise RuntimeError(f"{up.get('error')}\n{hub_log_tail()}")
-        logged = driver.call("login")
-        if not logged.get("ok"):
-            raise RuntimeError(f"alice's hub login failed: {logged}\n{hub_log_tail()}")
-        timings["hub_up_s"] = round(time.monotonic() - t, 1)
-        say(f"hub up on {HEAD} (proxy 127.0.0.1:{ports[0]}, hub {connect}:{ports[2]}), alice logged in")
-        spec = floor_spec()
-        drv = driver
-
-        def one(kind: str, check: bool = False) -> dict[str, Any]:
-            idle.append(drv.call("wait_idle", timeout=args.idle_wait + 10, limit=args.idle_wait))
-            result = drv.call("hub", check=check) if kind == "hub" else drv.call("floor", spec=spec, check=check)
-            if result.get("job"):
-                known_jobs.add(int(result["job"]))
-            if result.get("error"):
-                errors.append(f"{kind}: {result['error']}")
-            return result
-
-        t = time.monotonic()
-        warmup["hub"] = one("hub", check=True)
-        say(f"warm-up hub: {json.dumps({k: v for k, v in warmup['hub'].items() if k != 'scontrol'})}")
-        warmup["floor"] = one("floor", check=True)
-        say(f"warm-up floor: {json.dumps({k: v for k, v in warmup['floor'].items() if k != 'scontrol'})}")
-        warmup["same_request"] = same_request(warmup["hub"], warmup["floor"])
-        say(f"same request: {warmup['same_request'].get('same')} {warmup['same_request'].get('differs')}")
-        pair_s = time.monotonic() - t
-        for i in range(runs):
-            if time.monotonic() + pair_s * 1.2 > deadline - TEARDOWN_RESERVE_S:
-                stopped_by_limit = True
-                say(f"time limit of {args.time_limit:.0f} s: stopping after {i} runs of each")
-                break
-            t = time.monotonic()
-            hub.append(one("hub"))
-            say(f"hub   {i + 1}/{runs}: t_200 {hub[-1].get('t_200')} s {hub[-1].get('error', '')}")
-            floor.append(one("floor"))
-            say(f"floor {i + 1}/{runs}: t_200 {floor[-1].get('t_200')} s {floor[-1].get('error', '')}")
-            pair_s = max(pair_s * 0.5, time.monotonic() - t)
+        install(b)
+        bring_up_hub(b)
+        measure(b, runs, deadline)
     except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}")
+        b.errors.append(f"{type(exc).__name__}: {exc}")
         say(f"error: {exc}")
     finally:
-        if driver is not None:
-            seen = driver.close()
-            known_jobs |= {int(j) for j, rec in seen.get("jobs", {}).items()
-                           if rec.get("name") in (HUB_JOB_NAME, FLOOR_JOB_NAME)}  # fmt: skip
-        t = time.monotonic()
-        try:
-            torn = teardown(nodes, known_jobs)
-        except Exception as exc:
-            errors.append(f"teardown: {type(exc).__name__}: {exc}")
-        timings["teardown_s"] = round(time.monotonic() - t, 1)
-        say(f"torn down in {timings['teardown_s']} s: {torn}")
+        tear_down(b)
     load_after = os.getloadavg()
-    result: dict[str, Any] = {
-        "benchmark": "JupyterHub + batchspawner on the demo: spawn request to JupyterLab HTTP 200 through "
-        "JupyterHub's proxy, against a bare JupyterLab of the same app environment started by sbatch "
-        "(bench/bench_jupyterhub.py)",
-        "versions": versions,
-        "setup": {
-            "cluster": "the demo: 3 podman containers (head + 2 nodes x 2 CPUs x 2 fake GPUs) on this VM",
-            "request": {"user": USER, **REQUEST},
-            "app_environment": APP_ENV,
-            "hub": f"JupyterHub {JUPYTERHUB} as root on {HEAD}, SlurmSpawner (batchspawner {BATCHSPAWNER}, its "
-            "default script and exec_prefix 'sudo -E -u {username}'), configurable-http-proxy "
-            f"{CHP} on Node.js {NODEJS} on the head's loopback, SharedPasswordAuthenticator",
-            "hub_path": "POST /hub/api/users/alice/server (admin service token) -> batchspawner: sbatch as alice -> "
-            "srun batchspawner-singleuser jupyterhub-singleuser (app env Python + PYTHONPATH) -> port to the hub "
-            "-> hub polls the server -> proxy route; client: GET /user/alice/lab with alice's hub cookies, "
-            "following JupyterHub's OAuth redirects, every 0.1 s until 200",
-            "floor_path": f"sbatch as alice (runuser) of 'exec {APP_ENV}/bin/jupyter-lab' with the same request; "
-            "GET http://<node>:<port>/lab from the head with the token header every 0.1 s until 200",
-            "poll_interval_s": {"client": POLL_S, "squeue": 0.1, "batchspawner_startup_poll": 0.5},
-            "run_timeout_s": RUN_TIMEOUT_S,
-            "timings_s": timings,
-            "idle_waits": idle,
-        },
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        "load_avg_before": [round(x, 2) for x in load_before],
-        "load_avg_after": [round(x, 2) for x in load_after],
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "wall_s": round(time.monotonic() - BEGAN, 1),
-        "time_limit_s": args.time_limit,
-        "runs_requested": runs,
-        "stopped_by_time_limit": stopped_by_limit,
-        "hub": kind_summary(hub, HUB_MILESTONES),
-        "floor": kind_summary(floor, FLOOR_MILESTONES),
-        "warmup": warmup,
-        "teardown": torn,
-        "errors": errors,
-    }
-    result["hub_minus_floor_median_s"] = difference(result["hub"], result["floor"], "http200", "median_s")
-    result["hub_minus_floor_running_to_200_median_s"] = difference(
-        result["hub"], result["floor"], "running_to_200", "median_s"
-    )
+    result = result_of(b, runs, (load_before, load_after))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({"hub": result["hub"]["http200"], "floor": result["floor"]["http200"],
                       "hub_minus_floor_median_s": result["hub_minus_floor_median_s"],
                       "hub_minus_floor_running_to_200_median_s": result["hub_minus_floor_running_to_200_median_s"],
-                      "errors": errors[:5], "wall_s": result["wall_s"]}))  # fmt: skip
-    return 0 if hub and floor and not any(e.startswith(("RuntimeError", "teardown")) for e in errors) else 1
+                      "errors": b.errors[:5], "wall_s": result["wall_s"]}))  # fmt: skip
+    return 0 if b.hub and b.floor and not any(e.startswith(("RuntimeError", "teardown")) for e in b.errors) else 1
 
 
 if __name__ == "__main__":
