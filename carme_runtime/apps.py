@@ -213,6 +213,28 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
     if not APP_NAME_RE.match(name):
         raise AppSpecError(source, "name", f"{name!r} must match {APP_NAME_RE.pattern}")
     title = _require_str(source, data, "title", name)
+    argv = _argv(source, data)
+    env = _env(source, data)
+    secret_mode, isolation = _secret_mode_and_isolation(source, data, argv, env)
+    strip_prefix = data.get("strip_prefix", False)
+    if not isinstance(strip_prefix, bool):
+        raise AppSpecError(source, "strip_prefix", "must be true or false")
+    return AppSpec(
+        name=name,
+        title=title,
+        argv=argv,
+        env=env,
+        secret_mode=secret_mode,
+        readiness_path=_readiness_path(source, data),
+        proxy_base=_proxy_base(source, data),
+        secret_header=_secret_header(source, data, secret_mode),
+        source=source,
+        isolation=isolation,
+        strip_prefix=strip_prefix,
+    )
+
+
+def _argv(source: str, data: Mapping[str, object]) -> tuple[str, ...]:
     raw_argv = data.get("argv")
     if not isinstance(raw_argv, list) or not raw_argv or not all(isinstance(a, str) for a in raw_argv):
         raise AppSpecError(source, "argv", "must be a non-empty list of strings")
@@ -221,6 +243,10 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         raise AppSpecError(source, "argv", "the program (argv[0]) must not be a template")
     for i, arg in enumerate(argv):
         _check_template(source, f"argv[{i}]", arg)
+    return argv
+
+
+def _env(source: str, data: Mapping[str, object]) -> dict[str, str]:
     raw_env = data.get("env", {})
     if not isinstance(raw_env, dict):
         raise AppSpecError(source, "env", "must be a table of strings")
@@ -230,6 +256,13 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
             raise AppSpecError(source, f"env.{key}", 'must be NAME = "string"')
         _check_template(source, f"env.{key}", value)
         env[key] = value
+    return env
+
+
+def _secret_mode_and_isolation(
+    source: str, data: Mapping[str, object], argv: tuple[str, ...], env: Mapping[str, str]
+) -> tuple[str, str]:
+    """``secret_mode`` and ``isolation``, checked against where the app takes ``{secret}`` and ``{socket}``."""
     secret_mode = _require_str(source, data, "secret_mode", "token")
     if secret_mode not in SECRET_MODES:
         raise AppSpecError(source, "secret_mode", f"must be one of {', '.join(SECRET_MODES)}")
@@ -250,13 +283,18 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         )
     if isolation == "socket" and not (any("{socket}" in a for a in argv) or any("{socket}" in v for v in env.values())):
         raise AppSpecError(source, "isolation", "socket apps must pass {socket} in argv or env (where they listen)")
-    strip_prefix = data.get("strip_prefix", False)
-    if not isinstance(strip_prefix, bool):
-        raise AppSpecError(source, "strip_prefix", "must be true or false")
+    return secret_mode, isolation
+
+
+def _readiness_path(source: str, data: Mapping[str, object]) -> str:
     readiness = _require_str(source, data, "readiness_path", "/")
     _check_template(source, "readiness_path", readiness)
     if not readiness.startswith(("/", "{base_url}")):
         raise AppSpecError(source, "readiness_path", "must start with / or {base_url}")
+    return readiness
+
+
+def _proxy_base(source: str, data: Mapping[str, object]) -> str:
     proxy_base = _require_str(source, data, "proxy_base", "/proxy/{job_id}/")
     try:
         parsed = [n for _l, n, _s, _c in string.Formatter().parse(proxy_base) if n is not None]
@@ -264,32 +302,23 @@ def app_from_dict(data: Mapping[str, object], source: str = "<dict>") -> AppSpec
         raise AppSpecError(source, "proxy_base", str(exc)) from None
     if parsed != ["job_id"] or not proxy_base.startswith("/") or not proxy_base.endswith("/"):
         raise AppSpecError(source, "proxy_base", "must be an absolute path ending in / using {job_id} once")
-    header: SecretHeader | None = None
+    return proxy_base
+
+
+def _secret_header(source: str, data: Mapping[str, object], secret_mode: str) -> SecretHeader | None:
     raw_header = data.get("secret_header")
-    if raw_header is not None:
-        if not isinstance(raw_header, dict) or set(raw_header) != {"name", "value"}:
-            raise AppSpecError(source, "secret_header", "must be a table with name and value")
-        hname, hvalue = raw_header["name"], raw_header["value"]
-        if not isinstance(hname, str) or not HEADER_NAME_RE.match(hname):
-            raise AppSpecError(source, "secret_header.name", "must be an HTTP header name")
-        if not isinstance(hvalue, str) or "{secret}" not in hvalue:
-            raise AppSpecError(source, "secret_header.value", "must contain {secret}")
-        if secret_mode != "token":
-            raise AppSpecError(source, "secret_header", "only token apps may have a secret_header")
-        header = SecretHeader(hname, hvalue)
-    return AppSpec(
-        name=name,
-        title=title,
-        argv=argv,
-        env=env,
-        secret_mode=secret_mode,
-        readiness_path=readiness,
-        proxy_base=proxy_base,
-        secret_header=header,
-        source=source,
-        isolation=isolation,
-        strip_prefix=strip_prefix,
-    )
+    if raw_header is None:
+        return None
+    if not isinstance(raw_header, dict) or set(raw_header) != {"name", "value"}:
+        raise AppSpecError(source, "secret_header", "must be a table with name and value")
+    hname, hvalue = raw_header["name"], raw_header["value"]
+    if not isinstance(hname, str) or not HEADER_NAME_RE.match(hname):
+        raise AppSpecError(source, "secret_header.name", "must be an HTTP header name")
+    if not isinstance(hvalue, str) or "{secret}" not in hvalue:
+        raise AppSpecError(source, "secret_header.value", "must contain {secret}")
+    if secret_mode != "token":
+        raise AppSpecError(source, "secret_header", "only token apps may have a secret_header")
+    return SecretHeader(hname, hvalue)
 
 
 def load_app_file(path: str | Path) -> AppSpec:
