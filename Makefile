@@ -113,6 +113,7 @@ lint: venv
 	ansible-lint
 	ruff check .
 	mypy
+	$(PY) scripts/docs-check.py
 
 unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, slapd; needs root)
 	pytest -m "not e2e"
