@@ -9,12 +9,16 @@ and the API, and the IDE's port on the node refuses requests without the session
 Needs the demo up and deployed (``make demo``: site.yml with ldap, carme_runtime and the portal). Runs as root on the
 demo host: it reads the initial passwords from ``.secrets/demo/initial-passwords/`` and uses ``podman exec`` for
 ``squeue`` and the portal's admin CLI (TOTP reset, unlock), so every run starts from a fresh enrolment.
-A screenshot per step goes to ``.artifacts/e2e/<run>/``.
+A screenshot per step goes to ``.artifacts/e2e/<run>/``. With ``CARME_E2E_SCREENSHOTS_TO_DOCS=1`` the README's two
+pictures are taken again too (``docs_shot``): docs/images/dashboard.png and docs/images/session.png.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +39,20 @@ from tests.fixtures.jupyterlab import open_lab
 from tests.fixtures.jupyterlab import run_cell
 
 pytestmark = pytest.mark.e2e
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+def docs_shot(page: Any, name: str) -> None:
+    """The README's picture ``docs/images/<name>.png`` (1280x800, the viewport only), when
+    CARME_E2E_SCREENSHOTS_TO_DOCS=1; a normal run leaves the tree alone. tests/docs/test_readme.py checks the files."""
+    if os.environ.get("CARME_E2E_SCREENSHOTS_TO_DOCS") != "1":
+        return
+    size = page.viewport_size
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.wait_for_timeout(500)  # the page lays itself out again for the new size
+    page.screenshot(path=str(DOCS_IMAGES / f"{name}.png"), full_page=False)
+    if size:
+        page.set_viewport_size(size)
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +80,7 @@ def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: AliceSession) 
 
     wait_connect_button(page, portal.job_id)
     portal.demo.steps.shot(page, "alice-connect-button")
+    docs_shot(page, "dashboard")  # docs/images/dashboard.png
 
 
 def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: AliceSession) -> None:
@@ -73,6 +92,7 @@ def test_jupyterlab_loads_through_the_proxy_and_runs_a_cell(portal: AliceSession
     code = "import os; print('carme', 6 * 7, os.environ.get('CUDA_VISIBLE_DEVICES'))"
     text = run_cell(lab, code, "carme 42", 60)
     portal.demo.steps.shot(lab, "notebook-cell-executed")
+    docs_shot(lab, "session")  # docs/images/session.png
     assert "carme 42" in text
     lab.close()
 
