@@ -109,30 +109,11 @@ def plan_launch(
     workdir = env.get("CARME_WORKDIR") or home
     app_socket = _app_socket(app, socket_dir)
     app_key = app_secret(secret, job_id)  # the app never sees the session secret itself
-    try:
-        rendered = app.render(
-            host=host,
-            port=port,
-            secret=app_key,
-            job_id=job_id,
-            workdir=workdir,
-            logdir=env.get("CARME_LOGDIR"),
-            socket=app_socket if app.isolation == "socket" else "",
-        )
-    except AppRenderError as exc:
-        raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
+    rendered = _render(app, env, host=host, port=port, app_key=app_key, job_id=job_id, workdir=workdir, sock=app_socket)
     socket_bind = socket_dir if app.isolation == "socket" else ""  # the app listens there, inside a container too
     runtime, argv = _in_runtime(rendered, env, config, home=home, scratch=scratch, workdir=workdir, bind=socket_bind)
     if app.isolation == "netns":
-        argv = namespace_argv(
-            argv,
-            socket_path=app_socket,
-            port=port,
-            uid=os.getuid(),
-            gid=os.getgid(),
-            unshare=unshare,
-            python=sys.executable,
-        )
+        argv = _in_namespace(argv, app_socket, port, unshare)
     # SLURM_EXPORT_ENV is sbatch's --export (the job's few variable names): left in the app's environment, every
     # ``srun`` from the session's terminal would hand its tasks only those, without the rendezvous variables
     base = {k: v for k, v in env.items() if k not in ("CARME_SESSION_SECRET", "SLURM_EXPORT_ENV")}
@@ -187,6 +168,32 @@ def _app_socket(app: AppSpec, socket_dir: str) -> str:
             ExitCode.NETNS_UNAVAILABLE, f"{app.name} needs a socket directory (isolation = {app.isolation})"
         )
     return os.path.join(socket_dir, SOCKET_NAME)
+
+
+def _render(
+    app: AppSpec, env: Mapping[str, str], *, host: str, port: int, app_key: str, job_id: int, workdir: str, sock: str
+) -> RenderedApp:
+    """The app spec rendered with the app secret ``app_key``; the Unix socket ``sock`` goes to a socket app only."""
+    try:
+        return app.render(
+            host=host,
+            port=port,
+            secret=app_key,
+            job_id=job_id,
+            workdir=workdir,
+            logdir=env.get("CARME_LOGDIR"),
+            socket=sock if app.isolation == "socket" else "",
+        )
+    except AppRenderError as exc:
+        raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
+
+
+def _in_namespace(argv: list[str], socket_path: str, port: int, unshare: str) -> list[str]:
+    """``argv`` behind the bridge that starts it in a private network namespace, as this user (:mod:`.netns`)."""
+    uid, gid = os.getuid(), os.getgid()
+    return namespace_argv(
+        argv, socket_path=socket_path, port=port, uid=uid, gid=gid, unshare=unshare, python=sys.executable
+    )
 
 
 def _in_runtime(
