@@ -787,6 +787,59 @@ def restd_requests(since: float, until: float) -> dict[str, int]:
     return plain if sum(plain.values()) >= sum(prefixed.values()) else prefixed
 
 
+def cpu_ms_per_request(p0: dict[str, Any], p1: dict[str, Any], served: int) -> dict[str, float]:
+    """CPU time per served request of each process group in the head, between the probes ``p0`` and ``p1``."""
+    if not served:
+        return {}
+    tck = float(p1["clk_tck"])
+    return {
+        name: round(1000 * (g["cpu_ticks"] - p0["groups"].get(name, {}).get("cpu_ticks", 0)) / tck / served, 2)
+        for name, g in sorted(p1["groups"].items())
+    }
+
+
+def restd_calls(p0: dict[str, Any], p1: dict[str, Any], window: float) -> dict[str, Any]:
+    """slurmrestd calls, counted twice: from slurmrestd's own log, and as TCP connections (the portal's client,
+    urllib, opens one per request; a closed connection stays in TIME_WAIT for 60 s on the side that closed first,
+    both sides being in the head: those that entered it within the window have more than 60 s - window left)."""
+    logged = restd_requests(p0["time"], p1["time"])
+    calls = sum(logged.values())
+    connections = sum(1 for r in p1["restd_time_wait_remaining_s"] if r > TIME_WAIT_S - window)
+    state = sum(v for k, v in logged.items() if k.startswith("GET /slurm/"))
+    return {
+        "slurmrestd_calls": calls,
+        "slurmrestd_calls_per_s": round(calls / window, 2),
+        "slurmrestd": {
+            "counted": "slurmrestd's log (journalctl -u slurmrestd: one operations_router line per request) over the "
+            "measured window, by endpoint; cross-checked with the TCP connections to 127.0.0.1:6820 closed in the "
+            "window (ss state time-wait in the head) and slurmctld's/slurmdbd's RPC counters (sdiag, sacctmgr show "
+            "stats)",
+            "cluster_state_per_s": round(state / window, 2),  # /slurm/...: jobs, nodes, partitions, reservations
+            "accounting_per_s": round((calls - state) / window, 2),  # /slurmdb/...: per user, QUOTA_CACHE_SECONDS
+            "by_endpoint": logged,
+            "tcp_connections": connections,
+        },
+    }
+
+
+def rpc_counts(p0: dict[str, Any], p1: dict[str, Any], window: float) -> dict[str, Any]:
+    """slurmctld's and slurmdbd's RPCs between the probes, by type and by user."""
+    ctld = counter_delta(p0.get("sdiag"), p1.get("sdiag"), "by_type")
+    ctld_users = counter_delta(p0.get("sdiag"), p1.get("sdiag"), "by_user")
+    dbd = counter_delta(p0.get("dbd"), p1.get("dbd"), "by_type")
+    dbd_users = counter_delta(p0.get("dbd"), p1.get("dbd"), "by_user")
+    bench_dbd = sum(v for k, v in dbd_users.items() if k.startswith(BENCH_PREFIX))
+    return {
+        "slurmctld_rpcs": {"per_s": round(sum(ctld.values()) / window, 2), "by_type": ctld, "by_user": ctld_users},
+        "slurmdbd_rpcs": {
+            "per_s": round(sum(dbd.values()) / window, 2),
+            "by_type": dbd,
+            "of_bench_users_per_s": round(bench_dbd / window, 2),  # the per-user accounting (GPU-hours) queries
+            "by_user": {k: v for k, v in dbd_users.items() if not k.startswith(BENCH_PREFIX)},
+        },
+    }
+
+
 def demo_run(cookies: list[str], duration: float, warmup: float, think: float) -> dict[str, Any]:
     users = len(cookies)
     load_before = os.getloadavg()
@@ -796,27 +849,7 @@ def demo_run(cookies: list[str], duration: float, warmup: float, think: float) -
     load_after = os.getloadavg()
     window = p1["time"] - p0["time"]  # the head's clock, between the two probes
     served = len(lat) + len(errors)
-    tck = float(p1["clk_tck"])
-    cpu = (
-        {
-            name: round(1000 * (g["cpu_ticks"] - p0["groups"].get(name, {}).get("cpu_ticks", 0)) / tck / served, 2)
-            for name, g in sorted(p1["groups"].items())
-        }
-        if served
-        else {}
-    )
-    # slurmrestd calls, counted twice: from slurmrestd's own log, and as TCP connections (the portal's client,
-    # urllib, opens one per request; a closed connection stays in TIME_WAIT for 60 s on the side that closed first,
-    # both sides being in the head: those that entered it within the window have more than 60 s - window left).
-    logged = restd_requests(p0["time"], p1["time"])
-    calls = sum(logged.values())
-    connections = sum(1 for r in p1["restd_time_wait_remaining_s"] if r > TIME_WAIT_S - window)
-    state = sum(v for k, v in logged.items() if k.startswith("GET /slurm/"))
-    ctld = counter_delta(p0.get("sdiag"), p1.get("sdiag"), "by_type")
-    ctld_users = counter_delta(p0.get("sdiag"), p1.get("sdiag"), "by_user")
-    dbd = counter_delta(p0.get("dbd"), p1.get("dbd"), "by_type")
-    dbd_users = counter_delta(p0.get("dbd"), p1.get("dbd"), "by_user")
-    bench_dbd = sum(v for k, v in dbd_users.items() if k.startswith(BENCH_PREFIX))
+    cpu = cpu_ms_per_request(p0, p1, served)
     return {
         "users": users,
         "duration_s": duration,
@@ -833,25 +866,8 @@ def demo_run(cookies: list[str], duration: float, warmup: float, think: float) -
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in load_after],
         "window_s": round(window, 1),
-        "slurmrestd_calls": calls,
-        "slurmrestd_calls_per_s": round(calls / window, 2),
-        "slurmrestd": {
-            "counted": "slurmrestd's log (journalctl -u slurmrestd: one operations_router line per request) over the "
-            "measured window, by endpoint; cross-checked with the TCP connections to 127.0.0.1:6820 closed in the "
-            "window (ss state time-wait in the head) and slurmctld's/slurmdbd's RPC counters (sdiag, sacctmgr show "
-            "stats)",
-            "cluster_state_per_s": round(state / window, 2),  # /slurm/...: jobs, nodes, partitions, reservations
-            "accounting_per_s": round((calls - state) / window, 2),  # /slurmdb/...: per user, QUOTA_CACHE_SECONDS
-            "by_endpoint": logged,
-            "tcp_connections": connections,
-        },
-        "slurmctld_rpcs": {"per_s": round(sum(ctld.values()) / window, 2), "by_type": ctld, "by_user": ctld_users},
-        "slurmdbd_rpcs": {
-            "per_s": round(sum(dbd.values()) / window, 2),
-            "by_type": dbd,
-            "of_bench_users_per_s": round(bench_dbd / window, 2),  # the per-user accounting (GPU-hours) queries
-            "by_user": {k: v for k, v in dbd_users.items() if not k.startswith(BENCH_PREFIX)},
-        },
+        **restd_calls(p0, p1, window),
+        **rpc_counts(p0, p1, window),
         # CPU time per served request of each process group in the head (the processes of the machine's other
         # load are not in it), and of this client.
         "cpu_ms_per_request": {**cpu, "client": round(1000 * client_cpu / served, 2) if served else None},
@@ -872,7 +888,7 @@ for i in $(seq 20); do echo "warm $(get)"; done
 for i in $(seq 5); do sleep 2.5; echo "cold $(get)"; done
 # Tokens as the portal mints them (its key, its code), for its service user and for the bench user.
 tok() { runuser -u carme-portal -- /opt/carme/webui-venv/bin/python -c \
-  'import sys; from webui.slurmrestd import TokenSource; print(TokenSource(sys.argv[1]).token(sys.argv[2]))' \
+  'import sys; from webui.slurm.jwt_tokens import TokenSource; print(TokenSource(sys.argv[1]).token(sys.argv[2]))' \
   /etc/carme/webui/jwt_hs256.key "$1"; }
 restd() { n=$1 u=$2 t=$3 path=$4; shift 4; curl -s -o /dev/null -w "$n %{http_code} %{time_total}\n" -G \
           -H "X-SLURM-USER-NAME: $u" -H "X-SLURM-USER-TOKEN: $t" "$@" "http://127.0.0.1:6820$path"; }

@@ -126,8 +126,8 @@ def register_extensions(app: Flask) -> None:
     db.init_app(app)
     with app.app_context():
         _ENGINES.update(db.engines.values())
-    from webui import scheduler
     from webui.caches import TTLMap
+    from webui.slurm import scheduler
 
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
@@ -247,7 +247,7 @@ def register_error_handlers(app: Flask) -> None:
         page = render_template("error.html", code=503, message=DATABASE_DOWN_MESSAGE, database_down=True)
         return page, 503, retry
 
-    from webui.slurmrestd import SlurmError
+    from webui.slurm.errors import SlurmError
 
     @app.errorhandler(SlurmError)
     def _slurm(exc: SlurmError) -> tuple[Any, int]:

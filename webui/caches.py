@@ -11,8 +11,8 @@ from typing import Any
 
 import cachetools
 
-from webui.cluster_state import ClusterState
-from webui.slurmrestd import SlurmError
+from webui.slurm.errors import SlurmError
+from webui.slurm.state import ClusterState
 
 
 class StateCache:

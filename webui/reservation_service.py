@@ -34,7 +34,7 @@ from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import ReservationState
 from webui.security import CurrentUser
 from webui.security import audit
-from webui.slurmrestd import SlurmError
+from webui.slurm.errors import SlurmError
 from webui.user_lock import lock_user
 
 PENDING, APPROVED, DECLINED, FAILED, CANCELLED = "pending", "approved", "declined", "failed", "cancelled"

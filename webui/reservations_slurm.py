@@ -27,10 +27,10 @@ from typing import Any
 from typing import Protocol
 
 from carme_runtime.hostlist import expand_hostlist
-from webui.slurmrestd import API
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd_records import int_field
+from webui.slurm.client import API
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.records import int_field
 
 #: Names the portal gives its reservations: ``carme-<user>-<request id>``.
 NAME_PATTERN = re.compile(r"^carme-([a-z_][a-z0-9_.-]{0,31})-(\d{1,12})$")
@@ -233,7 +233,7 @@ def from_config(config: Mapping[str, Any]) -> Reservations:
     ready = config.get("RESERVATIONS")
     if ready is not None:
         return ready  # type: ignore[no-any-return]
-    from webui.slurmrestd import make_client
+    from webui.slurm.client import make_client
 
     return SlurmReservations(
         make_client(config),

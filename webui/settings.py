@@ -93,9 +93,9 @@ PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not re
 QUOTA_CACHE_SECONDS = 60.0
 # Who is in which Slurm account (for the GPU-hours, read once for all users as SLURM_SERVICE_USER) is kept this long.
 QUOTA_ASSOCIATIONS_CACHE_SECONDS = 300.0
-# Optional dotted path "module:callable" returning a webui.scheduler.Scheduler; tests inject fakes.
+# Optional dotted path "module:callable" returning a webui.slurm.scheduler.Scheduler; tests inject fakes.
 SCHEDULER_FACTORY: str | None = None
-# Or a ready object implementing webui.scheduler.Scheduler (test_config only).
+# Or a ready object implementing webui.slurm.scheduler.Scheduler (test_config only).
 SCHEDULER: object | None = None
 
 # --- Sessions ---------------------------------------------------------------

@@ -29,9 +29,9 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
-from webui.scheduler import SlurmScheduler
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.scheduler import SlurmScheduler
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
@@ -234,9 +234,9 @@ def test_a_used_gpu_minute_budget_stops_new_gpu_jobs_until_the_usage_is_reset(cl
 def test_the_portal_reads_gpu_hours_through_this_slurmrestd(policy: HostSlurm) -> None:
     client = SlurmClient(policy.restd_url, TokenSource(str(policy.jwt_key)))
     since = datetime.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    jobs = client.accounting_jobs(USER, int(since.timestamp()))
-    assert jobs and {j["user"] for j in jobs} == {USER}, jobs
+    jobs = [j for j in client.account_jobs(USER, [ACCOUNT], int(since.timestamp())) if j["user"] == USER]
+    assert jobs, jobs
     scheduler = SlurmScheduler(client, service_user=USER, cache_seconds=1, quota_cache_seconds=1, app_dirs=())
     used = scheduler.gpu_hours_used(USER, since)
     assert used is not None and used >= 65 / 3600, used  # the budget test's 65 s on 1 GPU, at least
-    assert client.accounting_jobs("dave", int(datetime.now().timestamp()) + 86400) == []  # "Nothing found"
+    assert client.account_jobs(USER, [ACCOUNT], int(datetime.now().timestamp()) + 86400) == []  # "Nothing found"

@@ -19,12 +19,12 @@ import pytest
 from tests.fixtures.hostslurm import HostSlurm
 from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import SlurmReservations
-from webui.session_spec import SessionSpec
-from webui.session_spec import build_payload
-from webui.session_spec import load_apps
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.session_spec import SessionSpec
+from webui.slurm.session_spec import build_payload
+from webui.slurm.session_spec import load_apps
 
 pytestmark = pytest.mark.host
 

@@ -21,7 +21,7 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
-from webui.slurmrestd import API
+from webui.slurm.client import API
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 

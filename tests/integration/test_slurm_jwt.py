@@ -1,9 +1,9 @@
 """The portal's Slurm tokens against the real thing (``host_slurm``): slurmctld's ``scontrol token`` and slurmrestd.
 
-* A token minted by ``scontrol token`` decodes with the portal's :func:`decode_jwt` and the cluster's key: same
-  algorithm (HS256), same claims (``sun``, ``exp``).
+* A token minted by ``scontrol token`` decodes with the cluster's key as Slurm checks them
+  (:func:`tests.fixtures.slurm_jwt.decode_jwt`): same algorithm (HS256), same claims (``sun``, ``exp``).
 * A token the portal mints (:func:`mint_jwt`, PyJWT) is accepted by the real slurmrestd, through the portal's client.
-* Tokens Slurm refuses (expired, another algorithm, another key) are refused by :func:`decode_jwt` as well.
+* Tokens Slurm refuses (expired, another algorithm, another key) are refused by that decoder as well.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import jwt
 import pytest
 
 from tests.fixtures.hostslurm import HostSlurm
-from webui.slurmrestd import API
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd import TokenSource
-from webui.slurmrestd import decode_jwt
-from webui.slurmrestd import mint_jwt
+from tests.fixtures.slurm_jwt import decode_jwt
+from webui.slurm.client import API
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.jwt_tokens import mint_jwt
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
@@ -57,7 +57,8 @@ def test_a_portal_token_is_accepted_by_slurmrestd(host_slurm: HostSlurm) -> None
     assert restd_status(host_slurm, token) == 200
     client = SlurmClient(host_slurm.restd_url, TokenSource(str(host_slurm.jwt_key), lifetime=120))
     assert isinstance(client.jobs(USER), list)
-    assert client.ping(USER).get("pings"), "slurmrestd answered the ping without the controller's state"
+    pings = client.request("GET", f"{API}/ping", USER).get("pings")
+    assert pings, "slurmrestd answered the ping without the controller's state"
 
 
 def test_tokens_slurm_refuses_are_refused_by_the_portals_decoder(host_slurm: HostSlurm) -> None:

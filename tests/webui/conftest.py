@@ -27,11 +27,6 @@ from flask.testing import FlaskClient
 from flask.testing import FlaskCliRunner
 
 from webui import create_app
-from webui.cluster_state import ClusterState
-from webui.cluster_state import Endpoint
-from webui.cluster_state import Job
-from webui.cluster_state import Node
-from webui.cluster_state import Partition
 from webui.extensions import db
 from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
@@ -41,10 +36,15 @@ from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import ReservationState
 from webui.security import start_login
-from webui.session_spec import SessionSpec
-from webui.session_spec import build_payload
-from webui.session_spec import load_apps
-from webui.slurmrestd import SlurmError
+from webui.slurm.errors import SlurmError
+from webui.slurm.session_spec import SessionSpec
+from webui.slurm.session_spec import build_payload
+from webui.slurm.session_spec import load_apps
+from webui.slurm.state import ClusterState
+from webui.slurm.state import Endpoint
+from webui.slurm.state import Job
+from webui.slurm.state import Node
+from webui.slurm.state import Partition
 
 ROOT = Path(__file__).resolve().parents[2]
 try:

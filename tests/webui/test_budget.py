@@ -1,7 +1,7 @@
 """GPU-hour usage from Slurm's accounting and the budget check of ``start_session`` (issue 11).
 
-* ``SlurmClient.accounting_jobs`` sends a query slurmrestd 22.05.8 accepts (no ``users=``, no epoch ``start_time``),
-  keeps only the user's jobs and reads 22.05's "Nothing found" as no jobs;
+* ``SlurmClient.account_jobs`` sends a query slurmrestd 22.05.8 accepts (no ``users=``, no epoch ``start_time``) and
+  reads 22.05's "Nothing found" as no jobs (the scheduler keeps each user's own: tests/webui/test_usage_cache.py);
 * an unknown usage is cached briefly for the dashboard (not re-queried on every load) and never read as "allowed":
   a GPU session is refused with a message, a CPU-only one still starts.
 """
@@ -17,9 +17,9 @@ from flask import Flask
 from webui import forms
 from webui import session_service
 from webui.security import CurrentUser
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.jwt_tokens import TokenSource
 
 from .conftest import FakeScheduler
 
@@ -39,13 +39,12 @@ class RecordingClient(SlurmClient):
 
 
 GOOD = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
-ASSOCS = {"associations": [{"user": "alice", "account": "research"}, {"user": "bob", "account": "research"}]}
 
 
-def test_the_accounting_query_is_one_slurmrestd_22_05_accepts_and_keeps_only_the_users_jobs() -> None:
+def test_the_accounting_query_is_one_slurmrestd_22_05_accepts() -> None:
     jobs = {"jobs": [{"user": "alice", "job_id": 1}, {"user": "bob", "job_id": 2}]}
-    client = RecordingClient({"associations": ASSOCS, "jobs": jobs})
-    assert client.accounting_jobs("alice", 1_700_000_000) == [{"user": "alice", "job_id": 1}]
+    client = RecordingClient({"jobs": jobs})
+    assert client.account_jobs("alice", ["research"], 1_700_000_000) == jobs["jobs"]
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(client.paths[-1]).query)
     assert "users" not in query and query["account"] == ["research"] and query["skip_steps"] == ["true"]
     assert query["start_time"][0].count("-") == 2 and "T" in query["start_time"][0], query  # not an epoch
@@ -53,11 +52,10 @@ def test_the_accounting_query_is_one_slurmrestd_22_05_accepts_and_keeps_only_the
 
 def test_nothing_found_is_no_jobs_and_other_errors_are_raised() -> None:
     nothing = SlurmError("Slurm reported: Nothing found", errors=[{"error_number": 9003}])
-    assert RecordingClient({"associations": ASSOCS, "jobs": nothing}).accounting_jobs("alice", 0) == []
+    assert RecordingClient({"jobs": nothing}).account_jobs("alice", ["research"], 0) == []
     broken = SlurmError("Slurm reported: Unknown Query field", errors=[{"error_number": 9000}])
     with pytest.raises(SlurmError):
-        RecordingClient({"associations": ASSOCS, "jobs": broken}).accounting_jobs("alice", 0)
-    assert RecordingClient({"associations": {"associations": []}, "jobs": {}}).accounting_jobs("carol", 0) == []
+        RecordingClient({"jobs": broken}).account_jobs("alice", ["research"], 0)
 
 
 def test_an_unknown_usage_is_cached_briefly_and_refuses_gpu_sessions(

@@ -21,7 +21,7 @@ from webui.extensions import db
 from webui.models import PortalSession
 from webui.models import ReservationRequest
 from webui.models import SessionStart
-from webui.session_spec import SessionSpec
+from webui.slurm.session_spec import SessionSpec
 
 from .conftest import FakeScheduler
 from .conftest import add_session
@@ -119,7 +119,7 @@ def test_concurrent_starts_under_the_limit_all_start(
 def test_a_failed_submission_gives_its_place_back(
     app: Flask, fake_scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from webui.slurmrestd import SlurmError
+    from webui.slurm.errors import SlurmError
 
     def refuse(spec: SessionSpec, secret: str) -> int:
         raise SlurmError("Slurm reported: slurmctld is down")

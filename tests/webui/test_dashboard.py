@@ -11,15 +11,15 @@ from flask import Flask
 from webui import session_service
 from webui.caches import StateCache
 from webui.caches import TTLMap
-from webui.cluster_state import ClusterState
-from webui.cluster_state import Job
-from webui.cluster_state import Node
-from webui.cluster_state import Partition
 from webui.dashboard import usage_card
 from webui.extensions import db
 from webui.models import News
 from webui.models import QuotaPolicy
 from webui.models import User
+from webui.slurm.state import ClusterState
+from webui.slurm.state import Job
+from webui.slurm.state import Node
+from webui.slurm.state import Partition
 
 from .conftest import FakeScheduler
 from .conftest import log_in_as

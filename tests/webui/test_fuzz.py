@@ -53,8 +53,8 @@ from webui.ldapauth import LdapIdentity
 from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import ReservationState
 from webui.reservations_slurm import SlurmReservations
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.jwt_tokens import TokenSource
 
 from .conftest import FakeScheduler
 from .conftest import log_in_as
@@ -913,7 +913,7 @@ def test_stopping_a_session_that_has_ended_is_not_a_503(
     Slurm refuses to cancel stays an error."""
     from webui.extensions import db
     from webui.models import PortalSession
-    from webui.slurmrestd import SlurmError
+    from webui.slurm.errors import SlurmError
 
     from .conftest import add_session
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from flask import Flask
 
-from webui.cluster_state import Node
 from webui.extensions import db
 from webui.models import AuditLog
+from webui.slurm.state import Node
 
 from .conftest import FakeScheduler
 from .conftest import add_session
@@ -38,9 +38,7 @@ def test_default_is_one_node_and_the_form_says_so(app: Flask, client: Any, fake_
     assert payload["job"]["nodes"] == 1 and payload["job"]["tasks"] == 1
 
 
-def test_two_nodes_reach_slurm_with_one_task_per_node(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_two_nodes_reach_slurm_with_one_task_per_node(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     two_nodes(app, fake_scheduler)
     log_in_as(app, client, "alice")
     assert 'max="2" value="1"' in client.get("/sessions/new").get_data(as_text=True)

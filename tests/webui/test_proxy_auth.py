@@ -7,7 +7,7 @@ from typing import Any
 from flask import Flask
 
 from carme_runtime import front
-from webui.cluster_state import ClusterState
+from webui.slurm.state import ClusterState
 
 from .conftest import FakeScheduler
 from .conftest import add_session

@@ -20,10 +20,10 @@ from flask import Flask
 from carme_runtime import front
 from tests.fixtures.net import QuietHandler
 from webui.caches import TTLMap
-from webui.cluster_state import Endpoint
-from webui.cluster_state import Node
 from webui.extensions import db
-from webui.scheduler import SlurmScheduler
+from webui.slurm.scheduler import SlurmScheduler
+from webui.slurm.state import Endpoint
+from webui.slurm.state import Node
 
 from .conftest import FakeScheduler
 from .conftest import add_session

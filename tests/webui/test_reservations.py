@@ -27,9 +27,9 @@ from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import SlurmReservations
 from webui.reservations_slurm import create_argv
 from webui.reservations_slurm import parse_reservation
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.jwt_tokens import TokenSource
 
 from .conftest import SPECIAL
 from .conftest import FakeReservations

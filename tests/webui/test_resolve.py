@@ -8,7 +8,7 @@ import time
 import cachetools
 import pytest
 
-from webui.dns import resolve_addresses
+from webui.slurm.dns import resolve_addresses
 
 
 def test_node_name_resolves_to_its_addresses() -> None:
@@ -22,7 +22,7 @@ def test_unknown_name_resolves_to_nothing() -> None:
 def test_a_name_that_failed_to_resolve_is_asked_again_soon(monkeypatch: pytest.MonkeyPatch) -> None:
     """A resolver's hiccup must not hide a node's address for the minute good answers are kept (Connect led to 404
     "not ready" for 60 s on the demo): a failure is kept 2 s, then the name is asked again."""
-    from webui import dns
+    from webui.slurm import dns
 
     answers: list[list[tuple[object, ...]]] = [[], [(2, 1, 6, "", ("10.89.0.7", 0))]]
     asked: list[str] = []

@@ -249,7 +249,7 @@ def test_readiness_is_asked_through_the_front_under_the_base_url() -> None:
     """The portal probes the session front, which forwards only the session's paths: an app served at / (code-server)
     names its own /healthz, and the portal asks /proxy/<job>/healthz (the front strips the prefix again)."""
     from carme_runtime.apps import load_apps
-    from webui.session_spec import readiness_path
+    from webui.slurm.session_spec import readiness_path
 
     apps = load_apps([])
     assert readiness_path(apps["code-server"], 12) == "/proxy/12/healthz"
@@ -262,8 +262,8 @@ def test_a_session_missing_from_a_snapshot_older_than_itself_is_not_ended(
 ) -> None:
     """A scheduler snapshot asked for before a session was submitted does not list its job yet: the session must not
     be ended for that (it once lost its secret while Slurm ran it, under concurrent starts)."""
-    from webui.cluster_state import ClusterState
     from webui.session_service import session_views
+    from webui.slurm.state import ClusterState
 
     job_id = add_session(app, fake_scheduler, "alice")
     with app.app_context():
@@ -282,8 +282,8 @@ def test_a_snapshot_older_than_a_session_stored_in_whole_seconds_does_not_end_it
     """MariaDB's DATETIME drops the fraction of ``created_at``: a snapshot begun 0.1 s before the submission, which
     is later than the stored (truncated) ``created_at``, must not end the session either (the concurrent-start bench
     lost 2 of 6 sessions this way: ended, secret wiped, never ready while Slurm ran them)."""
-    from webui.cluster_state import ClusterState
     from webui.session_service import session_views
+    from webui.slurm.state import ClusterState
 
     job_id = add_session(app, fake_scheduler, "alice")
     with app.app_context():
@@ -298,7 +298,7 @@ def test_a_snapshot_older_than_a_session_stored_in_whole_seconds_does_not_end_it
 
 def test_a_refresh_invalidated_while_it_ran_is_not_kept() -> None:
     from webui.caches import StateCache
-    from webui.cluster_state import ClusterState
+    from webui.slurm.state import ClusterState
 
     calls = {"n": 0}
     cache: StateCache

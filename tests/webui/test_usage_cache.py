@@ -18,11 +18,11 @@ from flask import Flask
 
 from webui import forms
 from webui import session_service
-from webui.scheduler import SlurmScheduler
 from webui.security import CurrentUser
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmUnavailable
-from webui.slurmrestd import TokenSource
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmUnavailable
+from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.scheduler import SlurmScheduler
 from webui.usage_cache import SingleFlight
 from webui.usage_cache import StaleWhileRefresh
 

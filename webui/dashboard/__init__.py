@@ -12,9 +12,9 @@ from markupsafe import Markup
 from webui import monitoring
 from webui import session_service
 from webui import storage
-from webui.cluster_state import ClusterState
 from webui.security import current_user
 from webui.security import login_required
+from webui.slurm.state import ClusterState
 
 bp = Blueprint("dashboard", __name__)
 

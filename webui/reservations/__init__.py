@@ -25,7 +25,7 @@ from webui.security import admin_required
 from webui.security import current_user
 from webui.security import login_required
 from webui.security import valid_username
-from webui.slurmrestd import SlurmError
+from webui.slurm.errors import SlurmError
 
 bp = Blueprint("reservations", __name__, url_prefix="/reservations")
 

@@ -23,7 +23,7 @@ from webui.forms import FieldError
 from webui.security import current_user
 from webui.security import login_key_of_request
 from webui.security import login_required
-from webui.slurmrestd import SlurmError
+from webui.slurm.errors import SlurmError
 
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
 

@@ -26,17 +26,17 @@ from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
 from webui.caches import StateCache
 from webui.caches import TTLMap
-from webui.cluster_state import ClusterState
-from webui.cluster_state import Endpoint
-from webui.session_spec import SessionSpec
-from webui.session_spec import build_payload
-from webui.session_spec import load_apps
-from webui.slurmrestd import SlurmClient
-from webui.slurmrestd import SlurmError
-from webui.slurmrestd_records import int_field
-from webui.slurmrestd_records import parse_job
-from webui.slurmrestd_records import parse_node
-from webui.slurmrestd_records import parse_partition
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.records import int_field
+from webui.slurm.records import parse_job
+from webui.slurm.records import parse_node
+from webui.slurm.records import parse_partition
+from webui.slurm.session_spec import SessionSpec
+from webui.slurm.session_spec import build_payload
+from webui.slurm.session_spec import load_apps
+from webui.slurm.state import ClusterState
+from webui.slurm.state import Endpoint
 from webui.usage_cache import SingleFlight
 
 
@@ -253,7 +253,7 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         module_name, _, attr = str(factory).partition(":")
         built: Scheduler = getattr(importlib.import_module(module_name), attr)(config)
         return built
-    from webui.slurmrestd import make_client
+    from webui.slurm.client import make_client
 
     return SlurmScheduler(
         make_client(config),

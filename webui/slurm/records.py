@@ -1,4 +1,4 @@
-"""slurmrestd v0.0.38 records (jobs, nodes, partitions) to :mod:`webui.cluster_state` objects."""
+"""slurmrestd v0.0.38 records (jobs, nodes, partitions) to :mod:`webui.slurm.state` objects."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.slurm_formats import count_gpus
-from webui.cluster_state import Job
-from webui.cluster_state import Node
-from webui.cluster_state import Partition
+from webui.slurm.state import Job
+from webui.slurm.state import Node
+from webui.slurm.state import Partition
 
 
 def int_field(value: Any, default: int = 0) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from carme_runtime.slurm_formats import UNFINISHED_STATES
 from carme_runtime.slurm_formats import parse_comment
-from webui.dns import resolve_addresses
+from webui.slurm.dns import resolve_addresses
 
 
 @dataclass(frozen=True)

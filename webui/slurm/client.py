@@ -1,126 +1,26 @@
-"""A small slurmrestd (OpenAPI v0.0.38) client: urllib for HTTP, PyJWT for the tokens.
-
-The portal mints a short-lived HS256 JWT per user from Slurm's ``jwt_key``
-(``AuthAltParameters=jwt_key=...``), so every request reaches slurmctld as
-that user: Slurm itself enforces who may cancel what. No shell, no root.
+"""A small slurmrestd (OpenAPI v0.0.38) client on urllib. Each call names the Slurm user it acts as, and carries that
+user's token (:mod:`webui.slurm.jwt_tokens`): no shell, no root.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-import jwt
+from webui.slurm.errors import SlurmError
+from webui.slurm.errors import SlurmUnavailable
+from webui.slurm.jwt_tokens import TokenRefused
+from webui.slurm.jwt_tokens import TokenSource
 
 API = "/slurm/v0.0.38"
 API_DB = "/slurmdb/v0.0.38"
-
-SAFE_USERNAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
-DEFAULT_FORBIDDEN = frozenset({"root", "slurm"})
-
-
-class SlurmError(Exception):
-    """Slurm answered but refused or failed the request. ``str()`` is fit for users."""
-
-    def __init__(self, message: str, *, status: int | None = None, errors: list[Any] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.errors = errors or []
-
-
-class SlurmUnavailable(SlurmError):
-    """slurmrestd or slurmctld cannot be reached right now."""
-
-
-class TokenRefused(ValueError):
-    """The portal will not mint a token for this name."""
-
-
-#: the only algorithm Slurm's auth/jwt accepts for its own key (``jwt_key``), and the only one decoded here
-JWT_ALGORITHM = "HS256"
-
-
-def mint_jwt(
-    key: bytes,
-    username: str,
-    *,
-    lifetime: int = 600,
-    now: int | None = None,
-    forbidden: Iterable[str] = DEFAULT_FORBIDDEN,
-) -> str:
-    """Return an HS256 JWT with Slurm's claims ``sun``, ``iat`` and ``exp`` (what ``scontrol token`` mints)."""
-    if not SAFE_USERNAME.fullmatch(username) or username in set(forbidden) | DEFAULT_FORBIDDEN:
-        raise TokenRefused(f"refusing to mint a Slurm token for {username!r}")
-    if len(key) < 16:
-        raise TokenRefused("the Slurm JWT key is too short")
-    if lifetime <= 0:
-        raise TokenRefused("token lifetime must be positive")
-    iat = int(time.time()) if now is None else now
-    return jwt.encode({"sun": username, "iat": iat, "exp": iat + lifetime}, key, algorithm=JWT_ALGORITHM)
-
-
-def decode_jwt(key: bytes, token: str, *, now: float | None = None) -> dict[str, Any]:
-    """Verify the signature (HS256 only), that ``exp`` lies ahead and that ``sun`` is there; return the claims.
-
-    ``ValueError`` for a token Slurm would refuse (PyJWT's message: bad signature, expired, other ``alg``).
-    ``now``: check ``exp`` against this time instead of the clock (tests).
-    """
-    leeway = 0.0 if now is None else time.time() - now  # PyJWT checks exp <= clock - leeway
-    try:
-        claims: dict[str, Any] = jwt.decode(
-            token, key, algorithms=[JWT_ALGORITHM], options={"require": ["exp", "sun"]}, leeway=leeway
-        )
-    except jwt.InvalidTokenError as exc:
-        raise ValueError(f"Slurm token refused: {exc}") from exc
-    return claims
-
-
-class TokenSource:
-    """Mints and caches per-user tokens; re-reads the key file when it changes."""
-
-    def __init__(self, key_file: str, *, lifetime: int = 600, forbidden: Iterable[str] = DEFAULT_FORBIDDEN):
-        self.key_file = key_file
-        self.lifetime = lifetime
-        self.forbidden = frozenset(forbidden) | DEFAULT_FORBIDDEN
-        self._lock = threading.Lock()
-        self._key: bytes | None = None
-        self._key_mtime: float | None = None
-        self._tokens: dict[str, tuple[str, float]] = {}
-
-    def _read_key(self) -> bytes:
-        try:
-            mtime = os.stat(self.key_file).st_mtime
-            if self._key is None or mtime != self._key_mtime:
-                with open(self.key_file, "rb") as fh:
-                    self._key = fh.read()
-                self._key_mtime = mtime
-                self._tokens.clear()
-        except OSError as exc:
-            raise SlurmUnavailable(
-                "The portal cannot read the Slurm JWT key; ask an administrator to check its permissions."
-            ) from exc
-        return self._key
-
-    def token(self, username: str) -> str:
-        with self._lock:
-            key = self._read_key()
-            now = time.time()
-            cached = self._tokens.get(username)
-            if cached and cached[1] - now > self.lifetime / 2:
-                return cached[0]
-            token = mint_jwt(key, username, lifetime=self.lifetime, now=int(now), forbidden=self.forbidden)
-            self._tokens[username] = (token, now + self.lifetime)
-            return token
 
 
 def _error_text(errors: list[Any]) -> str:
@@ -188,9 +88,6 @@ class SlurmClient:
         return doc
 
     # --- endpoints --------------------------------------------------------
-    def ping(self, user: str) -> dict[str, Any]:
-        return self.request("GET", f"{API}/ping", user)
-
     def jobs(self, user: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"{API}/jobs", user).get("jobs") or [])
 
@@ -233,24 +130,6 @@ class SlurmClient:
             raise
         return [j for j in jobs if isinstance(j, dict)]
 
-    def accounting_jobs(self, user: str, since: int) -> list[dict[str, Any]]:
-        """The user's jobs since ``since`` (epoch) from slurmdbd, without steps, asked with the user's own token.
-
-        The query names the user's accounts (from ``/associations?user=``, see :meth:`account_jobs`) and the jobs of
-        other users in those accounts are dropped here. (The portal's GPU-hours use :class:`webui.scheduler.
-        SlurmScheduler`'s per-account cache instead.)
-        """
-        accounts = sorted(
-            {
-                str(a["account"])
-                for a in self.associations(user, of_user=user)
-                if a.get("account") and a.get("user") == user
-            }
-        )
-        if not accounts:
-            return []
-        return [j for j in self.account_jobs(user, accounts, since) if j.get("user") == user]
-
 
 def make_client(config: Mapping[str, Any]) -> SlurmClient:
     tokens = TokenSource(
@@ -259,6 +138,3 @@ def make_client(config: Mapping[str, Any]) -> SlurmClient:
         forbidden=tuple(config["SLURM_FORBIDDEN_USERS"]),
     )
     return SlurmClient(str(config["SLURMRESTD_URL"]), tokens, timeout=float(config["SLURM_TIMEOUT_SECONDS"]))
-
-
-Clock = Callable[[], float]
