@@ -182,10 +182,10 @@ def seed_and_sign(cfg: Path, users: int) -> list[str]:
     """Create the schema and the users; return one signed session cookie per user."""
     os.environ["CARME_WEBUI_CONFIG"] = str(cfg)
     from webui import create_app
+    from webui.auth.logins import start_login
     from webui.extensions import db
     from webui.flask_commands import upgrade_database
     from webui.models import User
-    from webui.security import start_login
 
     app = create_app()
     tokens = []
@@ -428,7 +428,7 @@ import sys
 from sqlalchemy import delete
 
 from webui import create_app
-from webui import security
+from webui import auth as security
 from webui.extensions import db
 from webui.models import AuditLog, Login, LoginAttempt, User
 

@@ -26,10 +26,10 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from webui.app_origin import browser_may_send
 from webui.app_origin import check_apps_origin
+from webui.auth.ldap import check_config as check_ldap_config
+from webui.auth.login_cookie import SlidingSessionInterface
 from webui.extensions import csrf
 from webui.extensions import db
-from webui.ldapauth import check_config as check_ldap_config
-from webui.session_cookie import SlidingSessionInterface
 
 __all__ = ["DATABASE_DOWN_MESSAGE", "create_app", "prepare_for_fork"]
 
@@ -145,7 +145,7 @@ def register_extensions(app: Flask) -> None:
 def register_blueprints(app: Flask) -> None:
     from webui.admin import bp as admin_bp
     from webui.api import bp as api_bp
-    from webui.auth import bp as auth_bp
+    from webui.auth.views import bp as auth_bp
     from webui.dashboard import bp as dashboard_bp
     from webui.reservations import bp as reservations_bp
     from webui.sessions import bp as sessions_bp
@@ -265,7 +265,7 @@ def register_commands(app: Flask) -> None:
 
 
 def register_template_helpers(app: Flask) -> None:
-    from webui.security import current_user
+    from webui.auth.logins import current_user
 
     @app.context_processor
     def _inject() -> dict[str, Any]:

@@ -12,12 +12,12 @@ from flask import Flask
 from flask import current_app
 from sqlalchemy import select
 
+from webui.auth.lockout import clear_failures
 from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import ImageCatalog
 from webui.models import User
 from webui.models import utcnow
-from webui.security import clear_failures
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -109,7 +109,7 @@ class AppTicket(Base):
 
 class LoginAttempt(Base):
     """A failed password or TOTP attempt (``ok`` False) or the latest full login (``ok`` True) of a user from one
-    client address. Failures are counted per (user, address) and per user; see ``webui.security``."""
+    client address. Failures are counted per (user, address) and per user; see ``webui.auth.lockout``."""
 
     __tablename__ = "login_attempt"
     __table_args__ = (Index("ix_login_attempt_user_time", "username", "time"),)

@@ -17,6 +17,8 @@ from sqlalchemy import select
 
 from webui import forms
 from webui import session_service
+from webui.auth.audit import audit
+from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.models import CalendarToken
 from webui.models import ReservationRequest
@@ -32,8 +34,6 @@ from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import Reservations
 from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import ReservationState
-from webui.security import CurrentUser
-from webui.security import audit
 from webui.slurm.errors import SlurmError
 from webui.user_lock import lock_user
 

@@ -30,6 +30,8 @@ from carme_runtime.slurm_formats import parse_comment
 from webui import forms
 from webui import pending_reasons
 from webui import session_limit
+from webui.auth.audit import audit
+from webui.auth.logins import CurrentUser
 from webui.caches import TTLMap
 from webui.extensions import db
 from webui.models import ImageCatalog
@@ -37,8 +39,6 @@ from webui.models import News
 from webui.models import PortalSession
 from webui.models import QuotaPolicy
 from webui.models import utcnow
-from webui.security import CurrentUser
-from webui.security import audit
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.scheduler import Scheduler

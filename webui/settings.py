@@ -58,7 +58,7 @@ LDAP_BIND_PASSWORD: str | None = None
 
 # --- Login protection -------------------------------------------------------
 USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
-# Failed attempts: the reasons for these numbers are in webui/security.py ("failed attempts").
+# Failed attempts: the reasons for these numbers are in webui/auth/lockout.py.
 LOGIN_MAX_FAILURES = 10  # per user and client address, within LOGIN_LOCKOUT_SECONDS ...
 LOGIN_LOCKOUT_SECONDS = 900  # ... refuse that address for that user this long
 LOGIN_USER_MAX_FAILURES = 15  # per user from all addresses within LOGIN_USER_WINDOW_SECONDS

@@ -40,7 +40,7 @@ from tests.fixtures.slapd import _stop
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import render
 
-with warnings.catch_warnings():  # as in webui.ldapauth: ldap3 imports names pyasn1 >= 0.6 deprecates
+with warnings.catch_warnings():  # as in webui.auth.ldap: ldap3 imports names pyasn1 >= 0.6 deprecates
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ldap3(\.|$)")
     warnings.filterwarnings("ignore", r".*(tagMap|typeMap) is deprecated", DeprecationWarning)
     import ldap3  # type: ignore[import-untyped]

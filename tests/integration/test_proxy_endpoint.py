@@ -136,7 +136,7 @@ def portal(host_slurm: HostSlurm, sessions: Sessions, tmp_path_factory: pytest.T
 def decide(app: Flask, user: str, job_id: int) -> Any:
     """The portal's proxy decision for ``user``: the ProxyTarget, or the HTTP status it aborts with."""
     from webui import session_service
-    from webui.security import CurrentUser
+    from webui.auth.logins import CurrentUser
 
     with app.test_request_context("/api/proxy-auth"):
         try:

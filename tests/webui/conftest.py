@@ -27,6 +27,7 @@ from flask.testing import FlaskClient
 from flask.testing import FlaskCliRunner
 
 from webui import create_app
+from webui.auth.logins import start_login
 from webui.extensions import db
 from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
@@ -35,7 +36,6 @@ from webui.models import User
 from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import ReservationState
-from webui.security import start_login
 from webui.slurm.errors import SlurmError
 from webui.slurm.session_spec import SessionSpec
 from webui.slurm.session_spec import build_payload

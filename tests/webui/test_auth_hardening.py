@@ -19,7 +19,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.fixtures.slapd import SlapdServer
-from webui.auth import clean_next
+from webui.auth.views import clean_next
 from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import Login

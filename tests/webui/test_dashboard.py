@@ -185,7 +185,7 @@ def test_session_cookie_is_reissued_when_changed_or_old(app: Flask, client: Any,
     first = client.get("/")
     assert session_cookie(first) is not None  # the CSRF token was added: changed
     assert session_cookie(client.get("/")) is None  # unchanged and just signed: nothing to send
-    monkeypatch.setattr("webui.session_cookie.REFRESH_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr("webui.auth.login_cookie.REFRESH_AFTER_SECONDS", 0.0)
     again = session_cookie(client.get("/"))
     assert again is not None and "Expires=" in again  # old enough: re-signed, the lifetime slides
 

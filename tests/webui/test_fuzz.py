@@ -49,7 +49,7 @@ from tests.fixtures.fuzz import MARKS
 from tests.fixtures.fuzz import META
 from tests.fixtures.fuzz import RAW
 from tests.fixtures.fuzz import mutated
-from webui.ldapauth import LdapIdentity
+from webui.auth.ldap import LdapIdentity
 from webui.reservations_slurm import Reservation
 from webui.reservations_slurm import ReservationState
 from webui.reservations_slurm import SlurmReservations
@@ -724,7 +724,7 @@ def test_fuzz_login_and_totp(fuzz_app: Flask, monitor: ExecMonitor, monkeypatch:
         ok = username == "alice" and password == "right-password"
         return LdapIdentity(username, frozenset(), False) if ok else None
 
-    monkeypatch.setattr("webui.auth.authenticate", authenticate)
+    monkeypatch.setattr("webui.auth.views.authenticate", authenticate)
     fuzz_app.config["LOGIN_MAX_FAILURES"] = 10**6  # the lockout must not end the fuzz early (tested elsewhere)
     fuzz_app.config["LOGIN_USER_MAX_FAILURES"] = 10**6
     client = fuzz_app.test_client()

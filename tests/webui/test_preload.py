@@ -23,9 +23,9 @@ from flask import Flask
 
 from webui import create_app
 from webui import prepare_for_fork
+from webui.auth.logins import start_login
 from webui.extensions import db
 from webui.models import User
-from webui.security import start_login
 
 from .conftest import make_app
 

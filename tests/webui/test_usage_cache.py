@@ -18,7 +18,7 @@ from flask import Flask
 
 from webui import forms
 from webui import session_service
-from webui.security import CurrentUser
+from webui.auth.logins import CurrentUser
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.jwt_tokens import TokenSource

@@ -23,6 +23,11 @@ from carme_runtime.images import split_reference
 from webui import forms
 from webui import monitoring
 from webui import session_service
+from webui.auth.access import admin_required
+from webui.auth.audit import audit
+from webui.auth.lockout import clear_failures
+from webui.auth.logins import current_user
+from webui.auth.logins import valid_username
 from webui.extensions import db
 from webui.models import ROW_ID
 from webui.models import AuditLog
@@ -32,11 +37,6 @@ from webui.models import PortalSession
 from webui.models import QuotaPolicy
 from webui.models import User
 from webui.models import utcnow
-from webui.security import admin_required
-from webui.security import audit
-from webui.security import clear_failures
-from webui.security import current_user
-from webui.security import valid_username
 from webui.sessions import stop_and_flash
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")

@@ -25,12 +25,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from carme_runtime.front import FRONT_HEADER
 from webui import app_origin
 from webui import session_service
+from webui.auth.access import login_required
+from webui.auth.logins import current_user
+from webui.auth.logins import login_key_of_request
+from webui.auth.logins import user_of_login
 from webui.extensions import db
 from webui.models import User
-from webui.security import current_user
-from webui.security import login_key_of_request
-from webui.security import login_required
-from webui.security import user_of_login
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 

@@ -12,8 +12,8 @@ from markupsafe import Markup
 from webui import monitoring
 from webui import session_service
 from webui import storage
-from webui.security import current_user
-from webui.security import login_required
+from webui.auth.access import login_required
+from webui.auth.logins import current_user
 from webui.slurm.state import ClusterState
 
 bp = Blueprint("dashboard", __name__)

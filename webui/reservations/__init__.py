@@ -17,14 +17,14 @@ from werkzeug.wrappers import Response
 
 from webui import forms
 from webui import reservation_service as svc
+from webui.auth.access import admin_required
+from webui.auth.access import login_required
+from webui.auth.logins import current_user
+from webui.auth.logins import valid_username
 from webui.extensions import db
 from webui.models import ROW_ID
 from webui.models import ReservationRequest
 from webui.models import utcnow
-from webui.security import admin_required
-from webui.security import current_user
-from webui.security import login_required
-from webui.security import valid_username
 from webui.slurm.errors import SlurmError
 
 bp = Blueprint("reservations", __name__, url_prefix="/reservations")

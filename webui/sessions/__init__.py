@@ -18,11 +18,11 @@ from webui import app_origin
 from webui import reservation_service
 from webui import session_service
 from webui import storage
+from webui.auth.access import login_required
+from webui.auth.logins import current_user
+from webui.auth.logins import login_key_of_request
 from webui.extensions import db
 from webui.forms import FieldError
-from webui.security import current_user
-from webui.security import login_key_of_request
-from webui.security import login_required
 from webui.slurm.errors import SlurmError
 
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")

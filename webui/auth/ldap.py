@@ -1,4 +1,4 @@
-"""LDAP simple bind (ldap3) and role lookup from group membership."""
+"""LDAP (ldap3): the user's simple bind at login, and their groups (roles) read again without their password."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         )
 
 
-def _server(config: Mapping[str, Any]) -> ldap3.Server:
+def server(config: Mapping[str, Any]) -> ldap3.Server:
     uri = str(config["LDAP_URI"])
     parts = urlsplit(uri)
     use_ssl = parts.scheme == "ldaps"
@@ -77,7 +77,7 @@ def authenticate(config: Mapping[str, Any], username: str, password: str) -> Lda
     dn = str(config["LDAP_USER_DN_TEMPLATE"]).format(username=escape_rdn(username))
     auto_bind = ldap3.AUTO_BIND_TLS_BEFORE_BIND if config["LDAP_START_TLS"] else ldap3.AUTO_BIND_NO_TLS
     conn = ldap3.Connection(
-        _server(config),
+        server(config),
         user=dn,
         password=password,
         auto_bind=ldap3.AUTO_BIND_NONE,
@@ -141,3 +141,37 @@ def group_names(response: Any) -> frozenset[str]:
         elif cn:
             names.add(str(cn))
     return frozenset(names)
+
+
+def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]:
+    """The user's groups, read without the user's password: bound as LDAP_BIND_DN, or anonymously when unset."""
+    bind_dn = config.get("LDAP_BIND_DN") or None
+    conn = ldap3.Connection(
+        server(config),
+        user=bind_dn,
+        password=config.get("LDAP_BIND_PASSWORD") if bind_dn else None,
+        auto_bind=ldap3.AUTO_BIND_NONE,
+        receive_timeout=int(config["LDAP_TIMEOUT_SECONDS"]),
+        raise_exceptions=False,
+        read_only=True,
+    )
+    dn = str(config["LDAP_USER_DN_TEMPLATE"]).format(username=escape_rdn(username))
+    search_filter = str(config["LDAP_GROUP_FILTER"]).format(
+        username=escape_filter_chars(username), dn=escape_filter_chars(dn)
+    )
+    try:
+        try:
+            conn.open()
+            if config["LDAP_START_TLS"] and not conn.start_tls():
+                raise LdapUnavailable("StartTLS failed")
+            if not conn.bind():
+                raise LdapUnavailable(f"bind failed: {conn.result.get('description') if conn.result else '?'}")
+            if not conn.search(str(config["LDAP_GROUP_BASE"]), search_filter, attributes=["cn"]):
+                if conn.result and conn.result.get("result") not in (0, 32):  # success, noSuchObject
+                    raise LdapUnavailable(f"search failed: {conn.result.get('description')}")
+                return frozenset()
+        except LDAPException as exc:
+            raise LdapUnavailable(str(exc)) from exc
+        return group_names(conn.response)
+    finally:
+        close(conn)

@@ -1,4 +1,5 @@
-"""Flask's signed-cookie session, re-signed only when it changed or when its cookie is getting old.
+"""The portal's login cookie (``__Host-carme_session``): Flask's signed-cookie session, which carries the login token
+(:mod:`webui.auth.logins`) and the CSRF token, re-signed only when it changed or when its cookie is getting old.
 
 Flask re-issues a permanent session's cookie on every response (``SESSION_REFRESH_EACH_REQUEST``) so that its
 lifetime slides with the user's activity. Serialising, compressing and signing it was about a tenth of a dashboard
