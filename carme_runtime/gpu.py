@@ -92,9 +92,7 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
             continue
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 4:
-            raise GpuFactsError(
-                f"line {lineno}: expected 4 fields (index,uuid,name,memory.total), got {line!r}"
-            )
+            raise GpuFactsError(f"line {lineno}: expected 4 fields (index,uuid,name,memory.total), got {line!r}")
         index_s, uuid, name, mem_s = fields
         if not index_s.isdigit():
             raise GpuFactsError(f"line {lineno}: index is not a number: {index_s!r}")
@@ -216,9 +214,7 @@ class DeviceCheck:
         return f"DeviceCheck({self.verdict!r}, {self.reason!r}, allowed={self.allowed})"
 
 
-def check_devices_list(
-    text: str, allocated: tuple[int, ...], all_gpus: Iterable[int] | None = None
-) -> DeviceCheck:
+def check_devices_list(text: str, allocated: tuple[int, ...], all_gpus: Iterable[int] | None = None) -> DeviceCheck:
     """Decide whether a cgroup-v1 ``devices.list`` admits exactly the allocated ``/dev/nvidiaN``.
 
     ``devices.list`` only lists exceptions when the cgroup denies by default. When it reads
@@ -239,9 +235,7 @@ def check_devices_list(
             return DeviceCheck(UNVERIFIABLE, f"unparseable devices.list line {raw!r}")
         kind, numbers, _access = parts
         if kind == "a":
-            return DeviceCheck(
-                UNVERIFIABLE, "cgroup allows all devices by default; deny exceptions are not listed"
-            )
+            return DeviceCheck(UNVERIFIABLE, "cgroup allows all devices by default; deny exceptions are not listed")
         major, _, minor = numbers.partition(":")
         if kind == "c" and major in ("*", str(NVIDIA_MAJOR)):
             if minor == "*":
@@ -267,9 +261,7 @@ def check_devices_list(
     )
 
 
-def check_job_isolation(
-    cgroup_root: str, uid: int, job_id: int, allocated: tuple[int, ...] | None
-) -> DeviceCheck:
+def check_job_isolation(cgroup_root: str, uid: int, job_id: int, allocated: tuple[int, ...] | None) -> DeviceCheck:
     """Read the job's devices.list and decide (the only function here that touches the file system)."""
     if allocated is None:
         return DeviceCheck(UNVERIFIABLE, "allocated GPUs not parseable from the environment")
@@ -277,9 +269,7 @@ def check_job_isolation(
         return DeviceCheck(UNVERIFIABLE, "cgroup v2: device access is an eBPF program, not a readable list")
     path = find_job_devices_list(cgroup_root, uid, job_id)
     if path is None:
-        return DeviceCheck(
-            UNVERIFIABLE, "no job devices cgroup found (ConstrainDevices off or not created yet)"
-        )
+        return DeviceCheck(UNVERIFIABLE, "no job devices cgroup found (ConstrainDevices off or not created yet)")
     try:
         with open(path, "rb") as fh:  # binary + decode: a text-mode open imports ``encodings.ascii``
             text = fh.read().decode("ascii")

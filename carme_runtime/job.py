@@ -84,9 +84,7 @@ class JobContext:
         node = env.get("SLURMD_NODENAME", "")
         if node and not NAME_RE.match(node):
             raise InvalidJobEnv("SLURMD_NODENAME", f"not a valid node name: {node[:40]!r}")
-        gpus_env = {
-            k: env[k] for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES") if k in env
-        }
+        gpus_env = {k: env[k] for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES") if k in env}
         return cls(
             job_id=job_id,
             user=user,

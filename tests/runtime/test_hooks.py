@@ -163,9 +163,7 @@ def test_symlink_inside_scratch_not_followed(hook_env: dict[str, str], tmp_path:
     assert (victim / "keep").read_text() == "precious"
 
 
-@pytest.mark.parametrize(
-    "pattern", ["../{job_id}", "/etc/{job_id}", "{job_id}/..", "", "{nope}", "x/../../y"]
-)
+@pytest.mark.parametrize("pattern", ["../{job_id}", "/etc/{job_id}", "{job_id}/..", "", "{nope}", "x/../../y"])
 def test_scratch_patterns_outside_root_refused(tmp_path: Path, pattern: str) -> None:
     plan = job_cleanup.plan_scratch_removal(str(tmp_path / "scratch"), pattern, ctx())
     assert plan.action == "refuse"
@@ -206,16 +204,12 @@ def squeue_json(jobs: list[dict[str, object]]) -> str:
     return json.dumps({"meta": {}, "errors": [], "jobs": jobs})
 
 
-def test_epilog_kills_leftovers_when_no_other_job(
-    hook_env: dict[str, str], tmp_path: Path, fake_runner
-) -> None:
+def test_epilog_kills_leftovers_when_no_other_job(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     proc = fake_proc(tmp_path / "proc", {100: 1001, 101: 1002, 102: 1001})
     own = {"job_id": 41, "job_state": "COMPLETING", "nodes": "vm", "user_name": "alice", "user_id": 1001}
     fake_runner.answers["squeue"] = (0, squeue_json([own]), "")
     killed: list[tuple[int, int]] = []
-    assert (
-        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    )
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert fake_runner.calls == [["squeue", "--json", "-w", "vm", "-u", "alice"]]
     assert killed == [(100, signal.SIGKILL), (102, signal.SIGKILL)]
     assert "killed 2" in log_text(hook_env, "41")
@@ -227,22 +221,16 @@ def test_epilog_keeps_processes_when_user_has_another_job(
     proc = fake_proc(tmp_path / "proc", {100: 1001})
     fake_runner.answers["squeue"] = (0, data("squeue_node.json"), "")  # job 42 of alice runs on vm
     killed: list[tuple[int, int]] = []
-    assert (
-        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    )
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert killed == []
     assert "other jobs on vm: [42]" in log_text(hook_env, "41")
 
 
-def test_epilog_keeps_processes_when_squeue_fails(
-    hook_env: dict[str, str], tmp_path: Path, fake_runner
-) -> None:
+def test_epilog_keeps_processes_when_squeue_fails(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     proc = fake_proc(tmp_path / "proc", {100: 1001})
     fake_runner.answers["squeue"] = (1, "", "slurm_load_jobs error: Unable to contact slurm controller")
     killed: list[tuple[int, int]] = []
-    assert (
-        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    )
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert killed == []
 
 
@@ -251,9 +239,7 @@ def test_epilog_never_kills_system_uids(hook_env: dict[str, str], tmp_path: Path
     hook_env["SLURM_JOB_USER"] = "root"
     killed: list[tuple[int, int]] = []
     proc = fake_proc(tmp_path / "proc", {1: 0})
-    assert (
-        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    )
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert killed == [] and fake_runner.calls == []
 
 
@@ -261,21 +247,15 @@ def test_user_pids_reads_real_proc() -> None:
     assert os.getpid() in job_cleanup.user_pids(os.getuid())
 
 
-def test_epilog_without_leftovers_does_not_ask_slurm(
-    hook_env: dict[str, str], tmp_path: Path, fake_runner
-) -> None:
+def test_epilog_without_leftovers_does_not_ask_slurm(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     proc = fake_proc(tmp_path / "proc", {100: 1002})  # only another user's process
     killed: list[tuple[int, int]] = []
-    assert (
-        hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    )
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert fake_runner.calls == [] and killed == []
     assert "leftovers=none" in log_text(hook_env, "41")
 
 
-def test_epilog_without_node_name_uses_hostname(
-    hook_env: dict[str, str], tmp_path: Path, fake_runner
-) -> None:
+def test_epilog_without_node_name_uses_hostname(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     del hook_env["SLURMD_NODENAME"]
     proc = fake_proc(tmp_path / "proc", {100: 1001})
     fake_runner.answers["squeue"] = (0, squeue_json([]), "")
