@@ -275,7 +275,7 @@ def test_repo_demo_inventory_gives_the_published_port() -> None:
 
 def test_login_hints() -> None:
     text = "\n".join(demo.login_hints(9443, 9444))
-    assert "https://127.0.0.1:9443/" in text and "https://127.0.0.1:9444/" in text
+    assert "https://127.0.0.1:9443/" in text and "https://<job>-<tag>.apps.localhost:9444/" in text
     assert "podman exec -it carme-demo-head bash" in text
     assert "sinfo" in text
     assert ".secrets/demo/" in text
