@@ -7,7 +7,7 @@ containers). Runs alternate (floor, portal, floor, portal, ...) so both see the 
 
 **portal**: headless chromium (Playwright, Debian's chromium) logged in as alice fills the start form (JupyterLab,
 image ``jupyter``, 1 GPU, 10 minutes) and clicks Start: ``POST /sessions/new`` -> the portal submits as alice through
-slurmrestd (``webui.session_service.start_session`` -> ``carme_runtime.sessions.build_rest_payload``: the constant
+slurmrestd (``webui.sessions.service.start_session`` -> ``carme_runtime.sessions.build_rest_payload``: the constant
 script ``exec carme-launch``, the job environment ``PATH`` + ``CARME_*`` with a fresh session secret). From the click
 on, the browser stays on the dashboard the POST leads to (its ``starting.js`` asks ``/api/sessions`` every 0.5 s
 while a session starts and reloads the page when it changes) until the session's Connect button is shown, then
@@ -496,7 +496,7 @@ def floor_request(portal_fields: dict[str, str], portal_env: dict[str, Any]) -> 
 
 def floor_run(watch: Watcher, req: SessionRequest, runtime: str, check: bool = False) -> dict[str, Any]:
     app = load_apps()[req.app]
-    secret = secrets.token_urlsafe(32)  # what the portal generates for a session (webui.session_service)
+    secret = secrets.token_urlsafe(32)  # what the portal generates for a session (webui.sessions.service)
     spec = {
         "user": req.user,
         "argv": build_sbatch_argv(req, app, runtime),

@@ -79,7 +79,7 @@ if [ -n "$before" ] && [ "$before" != netavark ]; then
   fi
 fi
 
-# The demo's sessions each have a host name under *.apps.localhost (webui/app_origin.py). Browsers resolve *.localhost
+# The demo's sessions each have a host name under *.apps.localhost (webui/sessions/app_origin.py). Browsers resolve *.localhost
 # to the loopback address themselves; nss-myhostname does it for every other program on this host (the tests' HTTP
 # clients), once it is named in nsswitch.conf's hosts line.
 if ! grep -qE '^hosts:.*[[:space:]]myhostname([[:space:]]|$)' /etc/nsswitch.conf; then

@@ -24,12 +24,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from webui.app_origin import browser_may_send
-from webui.app_origin import check_apps_origin
 from webui.auth.ldap import check_config as check_ldap_config
 from webui.auth.login_cookie import SlidingSessionInterface
 from webui.extensions import csrf
 from webui.extensions import db
+from webui.sessions.app_origin import browser_may_send
+from webui.sessions.app_origin import check_apps_origin
 
 __all__ = ["DATABASE_DOWN_MESSAGE", "create_app", "prepare_for_fork"]
 
@@ -84,12 +84,12 @@ def check_config(app: Flask) -> None:
 #
 # roles/carme_webui runs gunicorn with --preload: create_app() runs once, in the master, and the workers are forked
 # from it. What create_app() builds is therefore shared by the workers, and it must leave nothing behind that two
-# processes may not share: it starts no thread (the GPU-hours refresh pool, webui/usage_cache.py, is made on first use
-# and again in any process other than the one that made it), opens no database, LDAP, Slurm or Zabbix connection
-# (all of them are made on first use in a request), keeps no file open, and holds no per-process secret or random
-# state (SECRET_KEY comes from the config; ``random`` is reseeded in a forked child by Python itself). As a guard all
-# the same, a forked child replaces every engine's pool with an empty one (below): a database connection opened before
-# a fork is never used by two processes. tests/webui/test_preload.py checks all of this.
+# processes may not share: it starts no thread (the GPU-hours refresh pool, StaleWhileRefresh in webui/caches.py, is
+# made on first use and again in any process other than the one that made it), opens no database, LDAP, Slurm or Zabbix
+# connection (all of them are made on first use in a request), keeps no file open, and holds no per-process secret or
+# random state (SECRET_KEY comes from the config; ``random`` is reseeded in a forked child by Python itself). As a guard
+# all the same, a forked child replaces every engine's pool with an empty one (below): a database connection opened
+# before a fork is never used by two processes. tests/webui/test_preload.py checks all of this.
 
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -143,12 +143,12 @@ def register_extensions(app: Flask) -> None:
 
 
 def register_blueprints(app: Flask) -> None:
-    from webui.admin import bp as admin_bp
-    from webui.api import bp as api_bp
+    from webui.admin.views import bp as admin_bp
+    from webui.api.views import bp as api_bp
     from webui.auth.views import bp as auth_bp
-    from webui.dashboard import bp as dashboard_bp
+    from webui.dashboard.views import bp as dashboard_bp
     from webui.reservations import bp as reservations_bp
-    from webui.sessions import bp as sessions_bp
+    from webui.sessions.views import bp as sessions_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(dashboard_bp)

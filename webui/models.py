@@ -95,8 +95,8 @@ class Login(Base):
 
 
 class AppTicket(Base):
-    """A one-time pass from the portal's Connect link to the apps' origin (``webui.app_origin``): the key is the
-    SHA-256 of the random ticket, the row is deleted when the ticket is used, and it is void after
+    """A one-time pass from the portal's Connect link to the apps' origin (``webui.sessions.app_origin``): the key is
+    the SHA-256 of the random ticket, the row is deleted when the ticket is used, and it is void after
     APP_TICKET_SECONDS."""
 
     __tablename__ = "app_ticket"
@@ -142,9 +142,9 @@ class PortalSession(Base):
 
 class SessionStart(Base):
     """A session start in flight (security issue #27): recorded with the count of the user's sessions under their
-    lock (``webui.session_limit``), deleted in the transaction that records the ``PortalSession``, or when the
+    lock (``webui.sessions.limit``), deleted in the transaction that records the ``PortalSession``, or when the
     submission failed. It counts against the session limit meanwhile, so concurrent starts cannot all pass the same
-    count; one older than ``session_limit.CLAIM_SECONDS`` (its worker died) counts no more."""
+    count; one older than ``limit.CLAIM_SECONDS`` (its worker died) counts no more."""
 
     __tablename__ = "session_start"
 

@@ -139,8 +139,11 @@ def parse_hosts(hosts: list[dict[str, Any]], now: float) -> Health:
             item = by_key.get(key)
             if item is None or str(item.get("state", "0")) == "1" or not int(item.get("lastclock") or 0):
                 continue  # not on this host, unsupported, or no data yet
-            values.append(Value(label, str(item.get("lastvalue", "")), str(item.get("units", "")),
-                                int(item.get("lastclock") or 0)))
+            values.append(
+                Value(
+                    label, str(item.get("lastvalue", "")), str(item.get("units", "")), int(item.get("lastclock") or 0)
+                )
+            )
         problems = []
         for t in h.get("triggers", []):
             if str(t.get("value")) != "1" or str(t.get("status", "0")) != "0":
@@ -194,8 +197,13 @@ class ZabbixSource:
 class HealthCache:
     """The :class:`Health` snapshot, refreshed at most once per ``ttl`` seconds per process, single-flight."""
 
-    def __init__(self, fetch: Callable[[], list[dict[str, Any]]] | None, ttl: float,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        fetch: Callable[[], list[dict[str, Any]]] | None,
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
         self._fetch = fetch
         self.ttl = ttl
         self._clock = clock

@@ -16,13 +16,14 @@ from flask import current_app
 from sqlalchemy import select
 
 from webui import forms
-from webui import session_service
 from webui.auth.audit import audit
 from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.models import CalendarToken
 from webui.models import ReservationRequest
 from webui.models import utcnow
+from webui.quota.policy import effective_policy
+from webui.quota.usage import gpu_hours_used
 from webui.reservation_policy import APPROVE
 from webui.reservation_policy import PolicyRefused
 from webui.reservation_policy import ReservationPolicy
@@ -35,6 +36,8 @@ from webui.reservations_slurm import Reservations
 from webui.reservations_slurm import ReservationSpec
 from webui.reservations_slurm import ReservationState
 from webui.slurm.errors import SlurmError
+from webui.slurm.scheduler import current_scheduler
+from webui.slurm.scheduler import default_partition
 from webui.user_lock import lock_user
 
 PENDING, APPROVED, DECLINED, FAILED, CANCELLED = "pending", "approved", "declined", "failed", "cancelled"
@@ -82,7 +85,7 @@ def slurm_state() -> ReservationState:
     """Slurm's reservations; while the scheduler's last look failed (slurmrestd or slurmctld down), what was known,
     flagged with that error, without a second query that would only wait for the same timeout (a dashboard under a
     slurmctld outage took two client timeouts, over 10 s, before this)."""
-    cluster = session_service.scheduler().state()
+    cluster = current_scheduler().state()
     if cluster.error:
         return backend().last(cluster.error)
     return backend().state()
@@ -101,7 +104,7 @@ def requests_by_name(names: list[str]) -> dict[str, ReservationRequest]:
 
 
 def _node_gpus(nodes: tuple[str, ...]) -> int:
-    state = session_service.scheduler().state()
+    state = current_scheduler().state()
     by_name = {n.name: n.gpus_total for n in state.nodes}
     return sum(by_name.get(n, 0) for n in nodes)
 
@@ -158,7 +161,7 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
         raise forms.FieldError("end", "must be after the start")
     purpose = forms.text(form, "purpose", max_len=200)
     public = forms.flag(form, "public")
-    cluster = session_service.scheduler().state()
+    cluster = current_scheduler().state()
     partition = reservation_partition()
     per_node = cluster.max_gpus_per_node(partition)
     if gpus > nodes * per_node:
@@ -166,8 +169,8 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     state = slurm_state()
     if state.error and not state.fetched_at:
         raise SlurmError(state.error)
-    used = session_service.gpu_hours_used(user.username)
-    budget = session_service.effective_policy(user.username).gpu_hours_per_month
+    used = gpu_hours_used(user.username)
+    budget = effective_policy(user.username).gpu_hours_per_month
     # From here to the commit, one request of this user at a time (security issue #27): the same request sent twice
     # at once became two rows, each decided without the other. Their open requests are read under the lock.
     lock_user(user.username)
@@ -238,7 +241,7 @@ def reservation_partition() -> str | None:
     configured = current_app.config.get("RESERVATION_PARTITION")
     if configured:
         return str(configured)
-    return session_service.default_partition(session_service.scheduler().state())
+    return default_partition(current_scheduler().state())
 
 
 def approve(row: ReservationRequest, *, decided_by: str, reason: str) -> None:

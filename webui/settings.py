@@ -120,7 +120,7 @@ PROXY_ADMIN_ACCESS = False
 PROXY_PORT_RANGE = (32768, 60999)  # ports the portal challenges and proxies to (carme_runtime.front.PORT_RANGE)
 PROXY_VERIFY_CACHE_SECONDS = 60.0  # how long a front's proof is reused
 PROXY_AUTH_CACHE_SECONDS = 300.0  # database down: a grant confirmed this long ago still authorises; 0 = never
-# An origin per session (webui/app_origin.py): a wildcard origin "https://*.apps.example.org[:port]", served by
+# An origin per session (webui/sessions/app_origin.py): a wildcard origin "https://*.apps.example.org[:port]", served by
 # nginx's apps server block with a wildcard certificate; session J lives at https://J-<tag>.apps.example.org. Empty:
 # apps under /proxy/ on the portal's origin, where a script in an app can call the portal and every other session
 # (development only; the carme_webui role always sets it). PORTAL_URL: where the apps' origin sends a browser back.
@@ -137,7 +137,7 @@ QUOTA_DEFAULT_MAX_GPUS_PER_SESSION = 4
 QUOTA_DEFAULT_MAX_SESSIONS = 2
 QUOTA_DEFAULT_MAX_TIME_MINUTES = 12 * 60
 
-# --- Storage (webui/storage.py) -------------------------------------------------------
+# --- Storage (webui/sessions/storage.py) ----------------------------------------------
 # Datasets shown in the start form: [{"name", "path", "readonly", "description"}] (the inventory's carme_datasets).
 DATASETS: tuple[dict[str, object], ...] = ()
 # "beegfs": show each user's BeeGFS quota (beegfs-ctl --getquota) beside GPU-hours; "": not available.

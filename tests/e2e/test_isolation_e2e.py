@@ -1,6 +1,6 @@
 """Users are walls apart in the browser too (issue 27, items 1 to 5 and 10b), on the live demo, as bob would try.
 
-Each session has an origin of its own (``https://<job>-<tag>.apps.localhost:8444``, webui/app_origin.py). alice and bob
+A session has its own origin (``https://<job>-<tag>.apps.localhost:8444``, webui/sessions/app_origin.py). alice and bob
 each run a JupyterLab session started through the portal; bob, a user of the same cluster, tries:
 
 1. the Connect link of his session, captured without following it, opened in alice's browser: refused there (it was

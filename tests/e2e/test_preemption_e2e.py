@@ -34,7 +34,7 @@ from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
-from webui.pending_reasons import explain
+from webui.sessions.pending_reasons import explain
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 
 alice's JupyterLab session is started by ``carme-launch`` (sbatch path, ``none`` runtime) and publishes its front.
 bob, with a job on the same node, rewrites his job comment with ``scontrol update`` (as himself) to alice's port
-and then to slurmd's: the portal's decision (:func:`webui.session_service.proxy_target`, reading the real job list from
+and then to slurmd's: the portal's decision (:func:`webui.sessions.proxy.proxy_target`, reading the real job list from
 slurmrestd and challenging the real endpoints) authorises alice's front for alice and nothing for bob.
 """
 
@@ -135,12 +135,12 @@ def portal(host_slurm: HostSlurm, sessions: Sessions, tmp_path_factory: pytest.T
 
 def decide(app: Flask, user: str, job_id: int) -> Any:
     """The portal's proxy decision for ``user``: the ProxyTarget, or the HTTP status it aborts with."""
-    from webui import session_service
     from webui.auth.logins import CurrentUser
+    from webui.sessions.proxy import proxy_target
 
     with app.test_request_context("/api/proxy-auth"):
         try:
-            return session_service.proxy_target(CurrentUser(username=user, is_admin=False), job_id)
+            return proxy_target(CurrentUser(username=user, is_admin=False), job_id)
         except HTTPException as exc:
             return exc.code
 

@@ -368,7 +368,7 @@ def add_session(app: Flask, sched: FakeScheduler, owner: str, *, running: bool =
                 time_minutes=60,
                 secret=f"secret-{owner}-{job_id}-xxxxxxxxxxxxxxxx",
                 # submitted a while ago: a snapshot within a second of the submission may not list the job yet
-                # (session_service.CREATED_AT_PRECISION_S), and these sessions stand for ones Slurm already knows
+                # (webui.sessions.records.CREATED_AT_PRECISION_S), and these sessions stand for ones Slurm already knows
                 created_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30),
             )
         )

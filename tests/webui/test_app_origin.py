@@ -1,4 +1,5 @@
-"""An origin per session (webui/app_origin.py): bound Connect tickets, apps cookies, proxy-auth, fetch metadata."""
+"""An origin per session (webui/sessions/app_origin.py): bound Connect tickets, apps cookies, proxy-auth, fetch
+metadata."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from webui.app_origin import session_label
-from webui.app_origin import upstream_cookies
+from webui.sessions.app_origin import session_label
+from webui.sessions.app_origin import upstream_cookies
 
 from .conftest import FakeScheduler
 from .conftest import add_session

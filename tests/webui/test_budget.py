@@ -15,8 +15,9 @@ import pytest
 from flask import Flask
 
 from webui import forms
-from webui import session_service
 from webui.auth.logins import CurrentUser
+from webui.quota.usage import quota_view
+from webui.sessions.service import start_session
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.jwt_tokens import TokenSource
@@ -70,8 +71,8 @@ def test_an_unknown_usage_is_cached_briefly_and_refuses_gpu_sessions(
     monkeypatch.setattr(fake_scheduler, "gpu_hours_used", unknown)
     with app.test_request_context("/"):
         for _ in range(5):
-            assert session_service.quota_view("alice", cached=True)["used_gpu_hours"] is None
+            assert quota_view("alice", cached=True)["used_gpu_hours"] is None
         assert len(calls) == 1, "every dashboard load asked Slurm again"
         user = CurrentUser("alice", False)
         with pytest.raises(forms.FieldError, match="cannot be read from Slurm"):
-            session_service.start_session(user, GOOD)
+            start_session(user, GOOD)

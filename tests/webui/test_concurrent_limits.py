@@ -138,7 +138,7 @@ def test_a_start_in_flight_counts_and_a_stale_one_does_not(app: Flask, fake_sche
     """A worker killed between its claim and its record leaves the claim: it counts for a while, then no more."""
     import datetime as dt
 
-    from webui import session_limit
+    from webui.sessions import limit as session_limit
 
     add_session(app, fake_scheduler, "alice")
     with app.app_context():

@@ -8,14 +8,14 @@ from typing import Any
 
 from flask import Flask
 
-from webui import session_service
-from webui.caches import StateCache
 from webui.caches import TTLMap
-from webui.dashboard import usage_card
+from webui.dashboard.views import usage_card
 from webui.extensions import db
 from webui.models import News
 from webui.models import QuotaPolicy
 from webui.models import User
+from webui.quota.policy import effective_policy
+from webui.slurm.scheduler import state_cache
 from webui.slurm.state import ClusterState
 from webui.slurm.state import Job
 from webui.slurm.state import Node
@@ -59,7 +59,7 @@ def test_derived_views_are_computed_once_per_snapshot() -> None:
 def test_derived_views_follow_a_cache_refresh() -> None:
     used = {"n": 1}
     now = {"t": 0.0}
-    cache = StateCache(lambda: snapshot(used["n"]), ttl=2.0, clock=lambda: now["t"])
+    cache = state_cache(lambda: snapshot(used["n"]), ttl=2.0, clock=lambda: now["t"])
     first = cache.get()
     assert first.gpu_usage()["partitions"][0]["used"] == 1
     used["n"] = 3
@@ -162,8 +162,8 @@ def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> No
         )
         db.session.commit()
         with app.test_request_context("/"):
-            assert session_service.effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
-            assert session_service.effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
+            assert effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
+            assert effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
     form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
     resp = post(client, "/sessions/new", form)
     assert resp.status_code == 400 and "gpus: must be between 0 and 1" in resp.get_data(as_text=True)

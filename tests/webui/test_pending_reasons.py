@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from webui.pending_reasons import REASONS
-from webui.pending_reasons import explain
+from webui.sessions.pending_reasons import REASONS
+from webui.sessions.pending_reasons import explain
 
 from .conftest import FakeScheduler
 from .conftest import add_session

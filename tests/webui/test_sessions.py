@@ -101,7 +101,7 @@ def test_a_session_just_stopped_does_not_count_against_the_limit(
     assert post(client, "/sessions/new", GOOD).status_code == 302
     assert post(client, "/sessions/new", GOOD).status_code == 302
     with app.app_context():  # submitted a while ago: a job missing from a snapshot taken within a second of its
-        # record may only be not yet listed, and counts (session_service.CREATED_AT_PRECISION_S)
+        # record may only be not yet listed, and counts (webui.sessions.records.CREATED_AT_PRECISION_S)
         for record in db.session.query(PortalSession):
             record.created_at -= dt.timedelta(seconds=30)
         db.session.commit()
@@ -262,7 +262,7 @@ def test_a_session_missing_from_a_snapshot_older_than_itself_is_not_ended(
 ) -> None:
     """A scheduler snapshot asked for before a session was submitted does not list its job yet: the session must not
     be ended for that (it once lost its secret while Slurm ran it, under concurrent starts)."""
-    from webui.session_service import session_views
+    from webui.sessions.status import session_views
     from webui.slurm.state import ClusterState
 
     job_id = add_session(app, fake_scheduler, "alice")
@@ -282,7 +282,7 @@ def test_a_snapshot_older_than_a_session_stored_in_whole_seconds_does_not_end_it
     """MariaDB's DATETIME drops the fraction of ``created_at``: a snapshot begun 0.1 s before the submission, which
     is later than the stored (truncated) ``created_at``, must not end the session either (the concurrent-start bench
     lost 2 of 6 sessions this way: ended, secret wiped, never ready while Slurm ran them)."""
-    from webui.session_service import session_views
+    from webui.sessions.status import session_views
     from webui.slurm.state import ClusterState
 
     job_id = add_session(app, fake_scheduler, "alice")
@@ -297,11 +297,12 @@ def test_a_snapshot_older_than_a_session_stored_in_whole_seconds_does_not_end_it
 
 
 def test_a_refresh_invalidated_while_it_ran_is_not_kept() -> None:
-    from webui.caches import StateCache
+    from webui.caches import SnapshotCache
+    from webui.slurm.scheduler import state_cache
     from webui.slurm.state import ClusterState
 
     calls = {"n": 0}
-    cache: StateCache
+    cache: SnapshotCache[ClusterState]
 
     def fetch() -> ClusterState:
         calls["n"] += 1
@@ -309,7 +310,7 @@ def test_a_refresh_invalidated_while_it_ran_is_not_kept() -> None:
             cache.invalidate()  # a submit lands while the first fetch runs
         return ClusterState(fetched_at=float(calls["n"]))
 
-    cache = StateCache(fetch, ttl=60.0)
+    cache = state_cache(fetch, ttl=60.0)
     assert cache.get().fetched_at == 1.0
     assert cache.get().fetched_at == 2.0 and calls["n"] == 2  # fetched again, not served for 60 s
     assert cache.get().fetched_at == 2.0 and calls["n"] == 2

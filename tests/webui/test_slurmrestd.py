@@ -25,7 +25,6 @@ from carme_runtime.slurm_formats import count_gpus
 from tests.fixtures.net import QuietHandler
 from tests.fixtures.net import serve_http
 from tests.fixtures.slurm_jwt import decode_jwt
-from webui.caches import StateCache
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
@@ -35,6 +34,7 @@ from webui.slurm.jwt_tokens import mint_jwt
 from webui.slurm.records import parse_job
 from webui.slurm.records import parse_node
 from webui.slurm.scheduler import SlurmScheduler
+from webui.slurm.scheduler import state_cache
 from webui.slurm.state import ClusterState
 
 from .conftest import closed_port
@@ -265,7 +265,7 @@ def test_failed_refresh_keeps_last_data_and_recovers() -> None:
             raise SlurmUnavailable("The scheduler is not reachable right now (refused).")
         return ClusterState(fetched_at=float(calls["n"]))
 
-    cache = StateCache(fetch, ttl=2.0, clock=lambda: now["t"])
+    cache = state_cache(fetch, ttl=2.0, clock=lambda: now["t"])
     assert cache.get().error is None
     outage["on"] = True
     now["t"] = 5.0
@@ -285,7 +285,7 @@ def test_max_age_refreshes_a_snapshot_younger_than_the_ttl_but_not_more_often() 
         calls["n"] += 1
         return ClusterState(fetched_at=float(calls["n"]))
 
-    cache = StateCache(fetch, ttl=2.0, clock=lambda: now["t"])
+    cache = state_cache(fetch, ttl=2.0, clock=lambda: now["t"])
     cache.get()
     now["t"] = 0.3
     assert cache.get(max_age=0.5).fetched_at == 1.0 and calls["n"] == 1  # young enough

@@ -17,14 +17,15 @@ import pytest
 from flask import Flask
 
 from webui import forms
-from webui import session_service
 from webui.auth.logins import CurrentUser
+from webui.caches import SingleFlight
+from webui.caches import StaleWhileRefresh
+from webui.quota.usage import quota_view
+from webui.sessions.service import start_session
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.jwt_tokens import TokenSource
 from webui.slurm.scheduler import SlurmScheduler
-from webui.usage_cache import SingleFlight
-from webui.usage_cache import StaleWhileRefresh
 
 from .conftest import FakeScheduler
 
@@ -202,15 +203,15 @@ def test_dashboard_value_is_not_refetched_per_load_and_start_reads_slurm(
     good = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
     with app.test_request_context("/"):
         for _ in range(5):
-            view = session_service.quota_view("alice", cached=True)
+            view = quota_view("alice", cached=True)
             assert view["used_gpu_hours"] == 1.0 and view["used_as_of"] is not None
         assert calls == ["alice"]
         usage["alice"] = None  # type: ignore[assignment]  # Slurm cannot say now: the display keeps 1.0 ...
-        assert session_service.quota_view("alice", cached=True)["used_gpu_hours"] == 1.0
+        assert quota_view("alice", cached=True)["used_gpu_hours"] == 1.0
         with pytest.raises(forms.FieldError, match="cannot be read from Slurm"):  # ... the start does not
-            session_service.start_session(CurrentUser("alice", False), good)
+            start_session(CurrentUser("alice", False), good)
         usage["alice"] = 10_000.0  # over the budget per Slurm, the display still shows the older value
-        assert session_service.quota_view("alice", cached=True)["used_gpu_hours"] == 1.0
+        assert quota_view("alice", cached=True)["used_gpu_hours"] == 1.0
         with pytest.raises(forms.FieldError, match="quota for this month is used up"):
-            session_service.start_session(CurrentUser("alice", False), good)
+            start_session(CurrentUser("alice", False), good)
         assert calls == ["alice"] * 3  # display once, each start once

@@ -1,125 +1,13 @@
-"""Start, stop and connect to interactive sessions."""
+"""Interactive sessions: the start form and its limits, start and stop, what the dashboard shows of each session,
+and the owner-checked proxy to its app (each session on an origin of its own).
 
-from __future__ import annotations
-
-from typing import Any
-
-from flask import Blueprint
-from flask import abort
-from flask import flash
-from flask import redirect
-from flask import render_template
-from flask import request
-from flask import url_for
-from werkzeug.exceptions import BadRequest
-from werkzeug.wrappers import Response
-
-from webui import app_origin
-from webui import reservation_service
-from webui import session_service
-from webui import storage
-from webui.auth.access import login_required
-from webui.auth.logins import current_user
-from webui.auth.logins import login_key_of_request
-from webui.extensions import db
-from webui.forms import FieldError
-from webui.slurm.errors import SlurmError
-
-bp = Blueprint("sessions", __name__, url_prefix="/sessions")
-
-
-def _form_context(username: str) -> dict[str, Any]:
-    state = session_service.scheduler().state()
-    images = session_service.catalog()
-    partition = session_service.default_partition(state)
-    return {
-        "state": state,
-        "images": images,
-        "apps": session_service.available_apps(images),
-        "partitions": state.partitions,
-        "default_partition": partition,
-        "limits": session_service.form_limits(username, state, partition),
-        "datasets": storage.datasets(),
-        "reservations": reservation_service.active_reservations(username),
-    }
-
-
-@bp.route("/new", methods=["GET"])
-@login_required
-def new() -> Any:
-    user = current_user()
-    assert user is not None
-    return render_template("sessions/new.html", **_form_context(user.username))
-
-
-@bp.route("/new", methods=["POST"])
-@login_required
-def start() -> Any:
-    user = current_user()
-    assert user is not None
-    try:
-        record = session_service.start_session(user, request.form)
-    except FieldError as exc:
-        ctx = _form_context(user.username)
-        return render_template("sessions/new.html", error=exc.description, form=request.form, **ctx), 400
-    except SlurmError as exc:
-        ctx = _form_context(user.username)
-        return render_template("sessions/new.html", error=str(exc), form=request.form, **ctx), 503
-    flash(f"Session {record.job_id} submitted; the Connect button appears once {record.app} answers.")
-    return redirect(url_for("dashboard.index"))
-
-
-def stop_and_flash(job_id: str) -> None:
-    """Stop a session as the logged-in user (the service checks owner or admin) and say how it went."""
-    user = current_user()
-    assert user is not None
-    jid = session_service.parse_job_id(job_id)
-    try:
-        session_service.stop_session(user, jid)
-    except SlurmError as exc:
-        flash(f"Could not stop session {jid}: {exc}")
-    else:
-        flash(f"Session {jid} is stopping.")
-
-
-@bp.route("/<job_id>/stop", methods=["POST"])
-@login_required
-def stop(job_id: str) -> Response:
-    stop_and_flash(job_id)
-    back = url_for("admin.index") if request.form.get("from") == "admin" else url_for("dashboard.index")
-    return redirect(back)
-
-
-@bp.route("/<job_id>/connect")
-@login_required
-def connect(job_id: str) -> Response:
-    user = current_user()
-    assert user is not None
-    jid = session_service.parse_job_id(job_id)
-    record = session_service.get_portal_session(jid)
-    if record is None:
-        abort(404)
-    if record.owner != user.username:
-        abort(403)
-    state = session_service.scheduler().state()
-    views = session_service.session_views(state, [record])
-    if not views or not views[0]["ready"]:
-        flash(f"Session {jid} is not ready yet.")
-        return redirect(url_for("dashboard.index"))
-    if not app_origin.enabled():
-        return redirect(session_service.proxy_path(jid))
-    # To the session's own origin: first for a bind cookie there, then back here with its hash for a one-time ticket
-    # that only that browser can trade for the session's apps cookie (webui.app_origin).
-    bind = request.args.get("bind", "")
-    if not bind:
-        resp = redirect(app_origin.start_url(jid))
-    else:
-        if not app_origin.BIND_HASH.fullmatch(bind):
-            raise BadRequest("bind: not a browser binding")
-        key = login_key_of_request()
-        assert key is not None  # login_required: the cookie carries a valid login
-        ticket = app_origin.issue_ticket(key, jid, bind)
-        db.session.commit()
-        resp = redirect(app_origin.enter_url(jid, ticket))
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
+* :mod:`webui.sessions.views`: the ``sessions`` blueprint (``/sessions/new``, ``/sessions/<job>/stop``,
+  ``/sessions/<job>/connect``);
+* :mod:`webui.sessions.catalog`: images, apps and the form's limits; :mod:`webui.sessions.service`: start and stop;
+  :mod:`webui.sessions.limit`: the session limit under concurrent starts;
+* :mod:`webui.sessions.records`: the portal's session rows; :mod:`webui.sessions.status`: what a session looks like
+  (:mod:`webui.sessions.pending_reasons`: why it waits);
+* :mod:`webui.sessions.endpoints`: the session front a job publishes, and its proof; :mod:`webui.sessions.proxy`:
+  nginx's ``auth_request`` decision; :mod:`webui.sessions.app_origin`: the per-session origins, tickets and cookies;
+* :mod:`webui.sessions.storage`: datasets for the form, the storage quota for the dashboard.
+"""

@@ -1,33 +1,36 @@
 """The portal's only door to the scheduler.
 
-Views talk to a :class:`Scheduler`; production uses :class:`SlurmScheduler`
-(slurmrestd + a shared, single-flight state cache). Tests and later
-integration suites plug in their own object through the ``SCHEDULER_FACTORY``
-setting or ``app.extensions["carme_scheduler"]``.
+Features talk to a :class:`Scheduler` (:func:`current_scheduler`); production uses :class:`SlurmScheduler`
+(slurmrestd + a shared, single-flight state cache). Tests and integration suites plug in their own object through the
+``SCHEDULER_FACTORY`` setting or ``app.extensions["carme_scheduler"]``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import importlib
 import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 from typing import Protocol
 
+from flask import current_app
+
 from carme_runtime.front import verify_endpoint as front_verify
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
-from webui.caches import StateCache
+from webui.caches import SingleFlight
+from webui.caches import SnapshotCache
 from webui.caches import TTLMap
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
+from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.records import int_field
 from webui.slurm.records import parse_job
 from webui.slurm.records import parse_node
@@ -37,7 +40,7 @@ from webui.slurm.session_spec import build_payload
 from webui.slurm.session_spec import load_apps
 from webui.slurm.state import ClusterState
 from webui.slurm.state import Endpoint
-from webui.usage_cache import SingleFlight
+from webui.tokens import token_hash
 
 
 class Scheduler(Protocol):
@@ -56,6 +59,27 @@ class Scheduler(Protocol):
         ...
 
     def queries_issued(self) -> int: ...
+
+
+def state_cache(
+    fetch: Callable[[], ClusterState],
+    ttl: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    fallback: Callable[[], ClusterState | None] | None = None,
+) -> SnapshotCache[ClusterState]:
+    """Scheduler state fetched at most once per ``ttl`` seconds per process, single-flight. A failed refresh
+    (:class:`SlurmError`) keeps the last good data flagged with the error; ``fallback``: on a failed refresh, the last
+    good state another process fetched, used when newer than this one's own."""
+
+    def on_error(last: ClusterState | None, exc: Exception) -> ClusterState:
+        old = last or ClusterState()
+        shared = fallback() if fallback is not None else None
+        if shared is not None and shared.fetched_at > old.fetched_at:
+            old = shared
+        return ClusterState(old.jobs, old.nodes, old.partitions, old.fetched_at, error=str(exc))
+
+    return SnapshotCache(fetch, ttl, on_error=on_error, errors=(SlurmError,), clock=clock)
 
 
 class SlurmScheduler:
@@ -82,7 +106,7 @@ class SlurmScheduler:
         # also written to ``share_file`` (a directory only the portal's user can reach), and a failed refresh falls
         # back to it when it is newer than the worker's own.
         self.share_file = share_file
-        self.cache = StateCache(self._fetch, cache_seconds, fallback=self._shared_state if share_file else None)
+        self.cache = state_cache(self._fetch, cache_seconds, fallback=self._shared_state if share_file else None)
         # GPU-hours: the month's jobs per account (one slurmdbd query per account and ``quota_cache_seconds``, whatever
         # the number of users), the associations (who is in which account) for longer; both asked as the service user
         self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
@@ -190,8 +214,7 @@ class SlurmScheduler:
 
         The key holds the secret's digest: a cached proof is only ever used for the same session.
         """
-        digest = hashlib.sha256(secret.encode()).hexdigest()
-        key = (job_id, endpoint.host, endpoint.port, digest)
+        key = (job_id, endpoint.host, endpoint.port, token_hash(secret))
         hit, value = self._verified.get(key)
         if hit:
             return bool(value)
@@ -276,3 +299,29 @@ def shared_state_file(config: Mapping[str, Any]) -> str | None:
         return str(config["SCHEDULER_STATE_FILE"])
     runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
     return os.path.join(runtime_dir, "scheduler-state.json") if runtime_dir else None
+
+
+# --- the app's scheduler -------------------------------------------------------------------------------------------
+
+
+def current_scheduler() -> Scheduler:
+    """The app's scheduler (made by create_app: ``SCHEDULER``, ``SCHEDULER_FACTORY`` or :class:`SlurmScheduler`)."""
+    sched: Scheduler = current_app.extensions["carme_scheduler"]
+    return sched
+
+
+def live_state() -> ClusterState:
+    """The scheduler's state; :class:`SlurmUnavailable` when it has never been read (nothing to decide on)."""
+    state = current_scheduler().state()
+    if state.error and not state.fetched_at:
+        raise SlurmUnavailable(state.error)
+    return state
+
+
+def default_partition(state: ClusterState) -> str | None:
+    """``SESSION_DEFAULT_PARTITION``, else Slurm's default partition, else the first one."""
+    configured = current_app.config.get("SESSION_DEFAULT_PARTITION")
+    if configured:
+        return str(configured)
+    default = next((p.name for p in state.partitions if p.is_default), None)
+    return default or (state.partitions[0].name if state.partitions else None)

@@ -12,6 +12,23 @@ from carme_runtime.slurm_formats import UNFINISHED_STATES
 from carme_runtime.slurm_formats import parse_comment
 from webui.slurm.dns import resolve_addresses
 
+#: Slurm's job states after which a job never runs again (squeue(1), "JOB STATE CODES"). The states of a job that is
+#: not over yet are carme_runtime's (:data:`~carme_runtime.slurm_formats.UNFINISHED_STATES`); a state in neither set
+#: (a hold Slurm adds later, say) is neither active nor ended.
+ENDED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -37,7 +54,13 @@ class Job:
 
     @property
     def active(self) -> bool:
+        """Pending or running (or about to: configuring, completing, requeued)."""
         return self.state in UNFINISHED_STATES
+
+    @property
+    def ended(self) -> bool:
+        """Over for good (:data:`ENDED_STATES`)."""
+        return self.state in ENDED_STATES
 
     def endpoint(self) -> Endpoint | None:
         """Parse ``carme:v1;app=..;host=..;port=..;state=..`` published by ``carme-launch``."""

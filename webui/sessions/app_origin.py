@@ -36,7 +36,6 @@ import datetime as dt
 import hashlib
 import hmac
 import re
-import secrets
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -53,6 +52,8 @@ from werkzeug.datastructures import Headers
 from webui.extensions import db
 from webui.models import AppTicket
 from webui.models import utcnow
+from webui.tokens import new_token
+from webui.tokens import token_hash
 
 COOKIE_NAME = "__Host-carme_app"
 BIND_COOKIE = "__Host-carme_bind"
@@ -109,22 +110,22 @@ def job_of_host(host_header: str) -> int | None:
 
 
 def _ticket_key(ticket: str, bind_hash: str) -> str:
-    return hashlib.sha256(f"{ticket}|{bind_hash}".encode()).hexdigest()
+    return token_hash(f"{ticket}|{bind_hash}")
 
 
 def bind_hash(nonce: str) -> str:
-    return hashlib.sha256(nonce.encode()).hexdigest()
+    return token_hash(nonce)
 
 
 def new_bind_nonce() -> str:
-    return secrets.token_urlsafe(32)
+    return new_token()
 
 
 def issue_ticket(login_id: str, job_id: int, bind: str) -> str:
     """Record a one-time ticket for ``job_id``, the login ``login_id`` and the browser whose bind cookie hashes to
     ``bind``; the caller commits."""
     now = utcnow()
-    ticket = secrets.token_urlsafe(32)
+    ticket = new_token()
     db.session.execute(delete(AppTicket).where(AppTicket.expires_at < now))  # expired ones of anyone (indexed)
     db.session.add(
         AppTicket(

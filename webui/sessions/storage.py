@@ -19,6 +19,7 @@ from carme_runtime.command_runner import SubprocessRunner
 from carme_runtime.config import DATASET_NAME_RE
 from carme_runtime.storage_quota import StorageQuotaError
 from carme_runtime.storage_quota import user_quota
+from webui.caches import cached_view
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ def quota_view(username: str) -> dict[str, Any]:
     """``available`` False: the cluster has no storage quotas; else used/limit in GiB and files (None = unknown)."""
     if current_app.config.get("STORAGE_QUOTA") != "beegfs":
         return {"available": False}
-    from webui.session_service import _cached
 
     def read() -> dict[str, Any]:
         prefix = tuple(current_app.config.get("STORAGE_QUOTA_COMMAND") or ("beegfs-ctl",))
@@ -76,4 +76,4 @@ def quota_view(username: str) -> dict[str, Any]:
             "files_limit": quota.files_limit,
         }
 
-    return _cached(("storage-quota", username), read, float(current_app.config["QUOTA_CACHE_SECONDS"]))
+    return cached_view(("storage-quota", username), read, float(current_app.config["QUOTA_CACHE_SECONDS"]))

@@ -1,0 +1,254 @@
+"""Administration: all sessions, node health, news, image catalogue, quota policy, users, audit log. The ``admin``
+blueprint (``/admin``).
+
+Every state change writes an AuditLog row in the same transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Blueprint
+from flask import abort
+from flask import current_app
+from flask import flash
+from flask import redirect
+from flask import render_template
+from flask import request
+from flask import url_for
+from sqlalchemy import select
+from werkzeug.wrappers import Response
+
+from carme_runtime.images import split_reference
+from webui import forms
+from webui import monitoring
+from webui.auth.access import admin_required
+from webui.auth.audit import audit
+from webui.auth.lockout import clear_failures
+from webui.auth.logins import current_user
+from webui.auth.logins import valid_username
+from webui.caches import view_cache
+from webui.extensions import db
+from webui.models import ROW_ID
+from webui.models import AuditLog
+from webui.models import ImageCatalog
+from webui.models import News
+from webui.models import QuotaPolicy
+from webui.models import User
+from webui.models import utcnow
+from webui.quota.policy import effective_policy
+from webui.sessions.records import open_sessions
+from webui.sessions.status import session_views
+from webui.sessions.views import stop_and_flash
+from webui.slurm.scheduler import current_scheduler
+
+bp = Blueprint("admin", __name__, url_prefix="/admin")
+
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
+APP = r"[a-z0-9][a-z0-9_-]{0,63}"
+#: the image form's label of the ``image`` field (admin/images.html), named in its errors
+IMAGE_LABEL = "Image path or environment"
+
+
+@bp.before_request
+@admin_required
+def _guard() -> None:
+    """All admin views need an admin (403 for other users)."""
+    return None
+
+
+@bp.route("/")
+def index() -> Any:
+    state = current_scheduler().state()
+    sessions = session_views(state, open_sessions(), probe=False)
+    return render_template("admin/index.html", state=state, sessions=sessions, usage=state.gpu_usage())
+
+
+@bp.route("/health")
+def health() -> Any:
+    """Per-node health from Zabbix: latest values and open problems (one shared snapshot, webui/monitoring.py)."""
+    return render_template("admin/health.html", health=monitoring.node_health())
+
+
+@bp.route("/sessions/<job_id>/stop", methods=["POST"])
+def stop_session(job_id: str) -> Response:
+    stop_and_flash(job_id)
+    return redirect(url_for("admin.index"))
+
+
+# --- news ------------------------------------------------------------------------
+
+
+@bp.route("/news", methods=["GET", "POST"])
+def news() -> Any:
+    if request.method == "POST":
+        user = current_user()
+        assert user is not None
+        title = forms.text(request.form, "title", max_len=200)
+        body = forms.text(request.form, "body", max_len=10000, multiline=True)
+        item = News(title=title, body=body, author=user.username, created_at=utcnow(), published=True)
+        db.session.add(item)
+        db.session.flush()
+        audit("admin.news.create", str(item.id), title=title)
+        db.session.commit()
+        view_cache().clear()
+        flash("News published.")
+        return redirect(url_for("admin.news"))
+    items = db.session.execute(select(News).order_by(News.created_at.desc())).scalars()
+    return render_template("admin/news.html", items=list(items))
+
+
+@bp.route(f"/news/<{ROW_ID}:news_id>/delete", methods=["POST"])
+def news_delete(news_id: int) -> Response:
+    item = db.session.get(News, news_id)
+    if item is None:
+        abort(404)
+    audit("admin.news.delete", str(news_id), title=item.title)
+    db.session.delete(item)
+    db.session.commit()
+    view_cache().clear()
+    flash("News deleted.")
+    return redirect(url_for("admin.news"))
+
+
+# --- image catalogue -----------------------------------------------------------
+
+
+@bp.route("/images", methods=["GET", "POST"])
+def images() -> Any:
+    if request.method == "POST":
+        name = forms.text(request.form, "name", max_len=64, pattern=NAME)
+        image = forms.text(request.form, "image", max_len=255)
+        forms.absolute_path(split_reference(image)[0], "image", IMAGE_LABEL)  # the digest of PATH@sha256:HEX aside
+        kind = forms.choice(request.form, "kind", ["container", "image", "environment"])
+        description = forms.text(request.form, "description", max_len=2000, required=False, multiline=True)
+        apps_raw = forms.text(request.form, "allowed_apps", max_len=500)
+        apps = sorted({a.strip() for a in apps_raw.replace(",", " ").split() if a.strip()})
+        for app in apps:
+            if not re.fullmatch(APP, app):
+                raise forms.FieldError("allowed_apps", f"{app!r} is not a valid app name")
+        existing = db.session.execute(select(ImageCatalog).where(ImageCatalog.name == name)).scalar_one_or_none()
+        entry = existing or ImageCatalog(name=name)
+        entry.image, entry.kind, entry.description, entry.allowed_apps, entry.enabled = (
+            image,
+            kind,
+            description,
+            apps,
+            True,
+        )
+        db.session.add(entry)
+        audit("admin.image.save", name, image=image, kind=kind, allowed_apps=apps, created=existing is None)
+        db.session.commit()
+        flash(f"Image {name} saved.")
+        return redirect(url_for("admin.images"))
+    entries = db.session.execute(select(ImageCatalog).order_by(ImageCatalog.name)).scalars()
+    return render_template("admin/images.html", entries=list(entries))
+
+
+@bp.route(f"/images/<{ROW_ID}:entry_id>/toggle", methods=["POST"])
+def image_toggle(entry_id: int) -> Response:
+    entry = db.session.get(ImageCatalog, entry_id)
+    if entry is None:
+        abort(404)
+    entry.enabled = not entry.enabled
+    audit("admin.image.enable" if entry.enabled else "admin.image.disable", entry.name)
+    db.session.commit()
+    return redirect(url_for("admin.images"))
+
+
+# --- quota policy --------------------------------------------------------------
+
+
+@bp.route("/quota", methods=["GET", "POST"])
+def quota() -> Any:
+    if request.method == "POST":
+        username = forms.text(request.form, "username", max_len=64, required=False)
+        if username and not valid_username(username):
+            raise forms.FieldError("username", "is not a valid user name")
+        values = {
+            "gpu_hours_per_month": forms.number(request.form, "gpu_hours_per_month", lo=0, hi=1_000_000),
+            "max_gpus_per_session": forms.integer(request.form, "max_gpus_per_session", lo=0, hi=64),
+            "max_sessions": forms.integer(request.form, "max_sessions", lo=0, hi=100),
+            "max_time_minutes": forms.integer(request.form, "max_time_minutes", lo=1, hi=60 * 24 * 30),
+        }
+        key = username or None
+        row = db.session.execute(
+            select(QuotaPolicy).where(QuotaPolicy.username.is_(None) if key is None else QuotaPolicy.username == key)
+        ).scalar_one_or_none()
+        row = row or QuotaPolicy(username=key)
+        for attr, value in values.items():
+            setattr(row, attr, value)
+        db.session.add(row)
+        audit("admin.quota.save", key or "(default)", **values)
+        db.session.commit()
+        view_cache().clear()
+        flash("Quota policy saved.")
+        return redirect(url_for("admin.quota"))
+    rows = db.session.execute(select(QuotaPolicy).order_by(QuotaPolicy.username)).scalars()
+    defaults = effective_policy("\x00no-such-user")
+    return render_template("admin/quota.html", rows=list(rows), defaults=defaults)
+
+
+@bp.route(f"/quota/<{ROW_ID}:row_id>/delete", methods=["POST"])
+def quota_delete(row_id: int) -> Response:
+    row = db.session.get(QuotaPolicy, row_id)
+    if row is None:
+        abort(404)
+    audit("admin.quota.delete", row.username or "(default)")
+    db.session.delete(row)
+    db.session.commit()
+    view_cache().clear()
+    return redirect(url_for("admin.quota"))
+
+
+# --- users ---------------------------------------------------------------------
+
+
+def _user_or_404(username: str) -> User:
+    if not valid_username(username):
+        abort(404)
+    user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
+    if user is None:
+        abort(404)
+    return user
+
+
+@bp.route("/users")
+def users() -> Any:
+    rows = db.session.execute(
+        select(User).where(User.last_login_at.is_not(None) | User.locked_until.is_not(None)).order_by(User.username)
+    ).scalars()
+    return render_template("admin/users.html", users=list(rows), now=utcnow())
+
+
+@bp.route("/users/<username>/totp-reset", methods=["POST"])
+def totp_reset(username: str) -> Response:
+    user = _user_or_404(username)
+    user.totp_secret = None
+    user.totp_confirmed = False
+    user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
+    user.session_version += 1  # logs the user out everywhere
+    audit("admin.totp.reset", username)
+    db.session.commit()
+    current_app.logger.info("TOTP reset for %s", username)
+    flash(f"TOTP reset for {username}; they enrol again at their next login.")
+    return redirect(url_for("admin.users"))
+
+
+@bp.route("/users/<username>/unlock", methods=["POST"])
+def unlock(username: str) -> Response:
+    user = _user_or_404(username)
+    user.failed_logins = 0
+    user.locked_until = None
+    clear_failures(username)
+    audit("admin.user.unlock", username)
+    db.session.commit()
+    flash(f"{username} unlocked.")
+    return redirect(url_for("admin.users"))
+
+
+@bp.route("/audit")
+def audit_log() -> Any:
+    rows = db.session.execute(select(AuditLog).order_by(AuditLog.time.desc(), AuditLog.id.desc()).limit(200)).scalars()
+    return render_template("admin/audit.html", rows=list(rows))

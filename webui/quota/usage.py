@@ -1,0 +1,77 @@
+"""GPU-hours used this month (Slurm's accounting, through the scheduler), for decisions and for display."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from flask import current_app
+
+from webui.caches import Shown
+from webui.caches import StaleWhileRefresh
+from webui.quota.policy import effective_policy
+from webui.quota.policy import month_start
+from webui.slurm.scheduler import current_scheduler
+
+#: After a failed GPU-hour read (slurmdbd or slurmrestd down) the dashboard asks Slurm again no sooner than this.
+USAGE_FAILURE_CACHE_SECONDS = 10.0
+#: A key's very first dashboard look waits at most this long for its GPU-hours (then shows them as unknown).
+USAGE_FIRST_WAIT_SECONDS = 2.0
+
+
+def usage_display() -> StaleWhileRefresh:
+    """The per-worker GPU-hours the dashboard shows (:class:`webui.caches.StaleWhileRefresh`), made on first use
+    in the worker (its refresh threads too: nothing of it exists in a preloading gunicorn master)."""
+    shown: StaleWhileRefresh | None = current_app.extensions.get("carme_usage_display")
+    if shown is None:
+        ttl = float(current_app.config["QUOTA_CACHE_SECONDS"])
+        made = StaleWhileRefresh(
+            ttl,
+            failure=min(ttl, USAGE_FAILURE_CACHE_SECONDS),
+            max_stale=5 * ttl,
+            first_wait=USAGE_FIRST_WAIT_SECONDS,
+        )
+        shown = current_app.extensions.setdefault("carme_usage_display", made)
+    return shown
+
+
+def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
+    """GPU-hours this month from Slurm's accounting; ``None`` when Slurm cannot say right now.
+
+    Not ``cached`` (decisions: the start's budget check, reservations): the scheduler's value, at most
+    ``QUOTA_CACHE_SECONDS`` old, read now when older. ``cached`` (display): see :func:`gpu_hours_shown`.
+    """
+    if not cached:
+        return current_scheduler().gpu_hours_used(username, month_start())
+    return gpu_hours_shown(username).value
+
+
+def gpu_hours_shown(username: str) -> Shown:
+    """For display only: the last known value and when it was read, at once; older than ``QUOTA_CACHE_SECONDS`` it is
+    refreshed in the background (one refresh per user per worker), a failure is retried after
+    ``USAGE_FAILURE_CACHE_SECONDS`` (the last value stays shown up to ``5 * QUOTA_CACHE_SECONDS``). Only a user's
+    first look in a worker waits, at most ``USAGE_FIRST_WAIT_SECONDS``."""
+    since = month_start()
+    sched = current_scheduler()  # the refresh runs outside the request: it takes the object, not the app context
+    return usage_display().get((username, since.isoformat()), lambda: sched.gpu_hours_used(username, since))
+
+
+def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
+    """The user's policy and GPU-hours used this month (rounded; ``None``: Slurm cannot say), ``percent`` of the
+    budget. ``cached``: for display (:func:`gpu_hours_shown`, the policy from the view cache)."""
+    policy = effective_policy(username, cached=cached)
+    if cached:
+        shown = gpu_hours_shown(username)
+        used, as_of = shown.value, shown.as_of
+    else:
+        used, as_of = gpu_hours_used(username), time.time()
+    return {
+        "used_gpu_hours": None if used is None else round(used, 2),
+        "used_as_of": None if used is None or as_of is None else dt.datetime.fromtimestamp(as_of, dt.UTC),
+        "limit_gpu_hours": policy.gpu_hours_per_month,
+        "percent": None
+        if used is None or policy.gpu_hours_per_month <= 0
+        else min(100, round(100 * used / policy.gpu_hours_per_month)),
+        "policy": policy,
+    }

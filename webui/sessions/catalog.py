@@ -1,0 +1,71 @@
+"""What a session may be started with: the enabled images, the apps they allow, and the start form's limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import select
+
+from carme_runtime.apps import AppSpec
+from webui.extensions import db
+from webui.models import ImageCatalog
+from webui.quota.policy import effective_policy
+from webui.slurm.session_spec import load_apps
+from webui.slurm.state import ClusterState
+
+
+def session_runtime(kind: str) -> str:
+    """carme_runtime's runtime for a catalogue entry: environments run in their prefix, ``container`` images (built
+    by ``carme image build``) in the site's container runtime (``CONTAINER_RUNTIME``), older ``image`` entries in
+    Apptainer."""
+    if kind == "environment":
+        return "none"
+    if kind == "container":
+        return str(current_app.config.get("CONTAINER_RUNTIME", "apptainer"))
+    return "apptainer"
+
+
+def catalog() -> list[ImageCatalog]:
+    return list(
+        db.session.execute(
+            select(ImageCatalog).where(ImageCatalog.enabled.is_(True)).order_by(ImageCatalog.name)
+        ).scalars()
+    )
+
+
+def installed_apps() -> dict[str, AppSpec]:
+    return load_apps(tuple(current_app.config["CARME_APP_DIRS"]))
+
+
+def available_apps(images: list[ImageCatalog]) -> list[str]:
+    """Apps some enabled image allows and carme_runtime knows."""
+    installed = installed_apps()
+    return sorted({a for img in images for a in img.allowed_apps if a in installed})
+
+
+def app_spec(name: str) -> AppSpec | None:
+    return installed_apps().get(name)
+
+
+def form_limits(username: str, state: ClusterState, partition: str | None = None) -> dict[str, Any]:
+    """What the user may ask for in ``partition``: their policy, the settings and the partition's nodes together."""
+    policy = effective_policy(username)
+    part_obj = next((p for p in state.partitions if p.name == partition), None) if partition else None
+    max_time = min(policy.max_time_minutes, int(current_app.config["SESSION_MAX_TIME_MINUTES"]))
+    if part_obj and part_obj.max_time_minutes:
+        max_time = min(max_time, part_obj.max_time_minutes)
+    return {
+        "max_gpus": min(policy.max_gpus_per_session, state.max_gpus_per_node(partition)),
+        "max_nodes": max(1, min(int(current_app.config.get("SESSION_MAX_NODES", 1)), _usable_nodes(state, partition))),
+        "max_time_minutes": max_time,
+        "max_sessions": policy.max_sessions,
+        "policy": policy,
+    }
+
+
+def _usable_nodes(state: ClusterState, partition: str | None) -> int:
+    """How many usable nodes the partition has (all partitions' nodes without one)."""
+    part = next((p for p in state.partitions if p.name == partition), None) if partition else None
+    members = set(part.nodes) if part else set()
+    return sum(1 for n in state.nodes if n.usable and (not partition or n.name in members or partition in n.partitions))

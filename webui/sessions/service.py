@@ -1,0 +1,243 @@
+"""Starting and stopping sessions, shared by the HTML pages and the JSON API.
+
+A start checks everything on the server (image, app, partition, reservation, size, the user's session limit and
+GPU budget), submits the job as the user, and records owner and secret; a stop cancels the job as its owner, or as
+the Slurm admin identity for an admin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import abort
+from flask import current_app
+
+from carme_runtime.sessions import SessionLimits
+from webui import forms
+from webui.auth.audit import audit
+from webui.auth.logins import CurrentUser
+from webui.extensions import db
+from webui.models import ImageCatalog
+from webui.models import PortalSession
+from webui.models import utcnow
+from webui.quota.usage import quota_view
+from webui.reservation_service import active_reservations
+from webui.reservations_slurm import Reservation
+from webui.sessions import limit
+from webui.sessions.catalog import available_apps
+from webui.sessions.catalog import catalog
+from webui.sessions.catalog import form_limits
+from webui.sessions.catalog import session_runtime
+from webui.sessions.records import active_sessions
+from webui.sessions.records import get_portal_session
+from webui.slurm.errors import SlurmError
+from webui.slurm.scheduler import current_scheduler
+from webui.slurm.scheduler import default_partition
+from webui.slurm.scheduler import live_state
+from webui.slurm.session_spec import SessionInvalid
+from webui.slurm.session_spec import SessionSpec
+from webui.slurm.state import ClusterState
+from webui.tokens import new_token
+
+#: how old a snapshot may be when a refusal depends on it (the session limit)
+FRESH_STATE_SECONDS = 1.0
+
+
+def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
+    """Validate everything on the server, submit as the user, record owner and secret."""
+    state = live_state()
+    images = catalog()
+    image, app = _image_and_app(form, images)
+    partitions = [p.name for p in state.partitions]
+    partition, reservation = _partition_and_reservation(user.username, form, state, partitions)
+    limits = form_limits(user.username, state, partition)
+    gpus, nodes, time_minutes = _size(form, limits, reservation)
+    state = _within_session_limit(user.username, state, limits["max_sessions"])
+    if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"
+        _check_budget(user.username)
+    cfg = current_app.config
+    spec = SessionSpec(
+        user=user.username,
+        app=app,
+        image=image.image,
+        gpus=gpus,
+        time_minutes=time_minutes,
+        partition=partition,
+        cpus=int(cfg["SESSION_DEFAULT_CPUS"]),
+        mem_mb=int(cfg["SESSION_DEFAULT_MEM_MB"]),
+        qos=cfg.get("SESSION_QOS"),
+        account=cfg.get("SESSION_ACCOUNT"),
+        workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
+        runtime=session_runtime(image.kind),
+        limits=_runtime_limits(limits, partitions, images),
+        reservation=reservation.name if reservation is not None else None,
+        nodes=nodes,
+    )
+    # the claim's commit expires the catalogue row: no read of it after the count
+    return _submit_and_record(spec, image.name, limits["max_sessions"], state)
+
+
+def _image_and_app(form: Mapping[str, Any], images: list[ImageCatalog]) -> tuple[ImageCatalog, str]:
+    image_name = forms.choice(form, "image", [i.name for i in images])
+    image = next(i for i in images if i.name == image_name)
+    app = forms.choice(form, "app", available_apps(images))
+    if app not in image.allowed_apps:
+        raise forms.FieldError("app", f"is not offered with image {image.name!r}")
+    return image, app
+
+
+def _partition_and_reservation(
+    username: str, form: Mapping[str, Any], state: ClusterState, partitions: list[str]
+) -> tuple[str | None, Reservation | None]:
+    """The partition asked for (or the default); with one of the user's reservations that hold nodes now (issue 16),
+    the reservation's partition."""
+    if form.get("partition") in (None, ""):
+        partition = default_partition(state)
+    else:
+        partition = forms.choice(form, "partition", partitions)
+    reservation = None
+    if form.get("reservation"):
+        held = {r.name: r for r in active_reservations(username)}
+        reservation = held.get(forms.choice(form, "reservation", list(held)))
+        if reservation is not None and reservation.partition in partitions:
+            partition = reservation.partition
+    return partition, reservation
+
+
+def _size(form: Mapping[str, Any], limits: dict[str, Any], reservation: Reservation | None) -> tuple[int, int, int]:
+    """GPUs per node, nodes and minutes, within ``limits``; a session in a reservation ends when the reservation ends
+    (the dashboard says so)."""
+    gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
+    nodes = forms.integer(form, "nodes", lo=1, hi=limits["max_nodes"], default=1)
+    per_session = limits["policy"].max_gpus_per_session
+    if gpus * nodes > per_session:  # GPUs are per node; the policy counts the session's
+        raise forms.FieldError(
+            "gpus", f"{gpus} per node on {nodes} nodes is more than the {per_session} GPUs a session may have"
+        )
+    time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
+    if reservation is not None:
+        left = int((reservation.end - utcnow()).total_seconds() // 60)
+        if left < 1:
+            raise forms.FieldError("reservation", "ends in less than a minute")
+        time_minutes = min(time_minutes, left)
+    return gpus, nodes, time_minutes
+
+
+def _within_session_limit(username: str, state: ClusterState, max_sessions: int) -> ClusterState:
+    """Refuse a start beyond the user's session limit; the state the count was taken from."""
+    active = active_sessions(username, state)
+    if len(active) >= max_sessions:
+        # the snapshot may be seconds old: a session the user has just stopped must not count against her
+        state = current_scheduler().state(max_age=FRESH_STATE_SECONDS)
+        active = active_sessions(username, state)
+    if len(active) >= max_sessions:
+        raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {max_sessions}")
+    return state
+
+
+def _check_budget(username: str) -> None:
+    quota = quota_view(username)
+    if quota["used_gpu_hours"] is None:
+        raise forms.FieldError(
+            "gpus",
+            "your GPU-hours used this month cannot be read from Slurm right now; "
+            "try again in a minute or start a CPU-only session",
+        )
+    if quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
+        raise forms.FieldError("gpus", "your GPU-hour quota for this month is used up; start a CPU-only session")
+
+
+def _runtime_limits(limits: dict[str, Any], partitions: list[str], images: list[ImageCatalog]) -> SessionLimits:
+    """The limits carme_runtime checks the request against again (what the form allowed)."""
+    cfg = current_app.config
+    return SessionLimits(
+        max_gpus=limits["max_gpus"],
+        max_nodes=limits["max_nodes"],
+        max_time_minutes=limits["max_time_minutes"],
+        max_cpus=max(1, int(cfg["SESSION_DEFAULT_CPUS"])),
+        max_mem_mb=max(1, int(cfg["SESSION_DEFAULT_MEM_MB"])),
+        partitions=tuple(partitions),
+        apps=tuple(available_apps(images)),
+    )
+
+
+def _submit_and_record(spec: SessionSpec, image_name: str, max_sessions: int, state: ClusterState) -> PortalSession:
+    """Submit under a claim on the user's session limit, and record the session with its secret.
+
+    Counted again under the user's lock with the starts in flight, and this one recorded as in flight (security
+    issue #27: concurrent starts all passed the first count); the submission runs outside the lock.
+    """
+    secret = new_token()
+
+    def count() -> int:
+        return len(active_sessions(spec.user, state))
+
+    with limit.claimed(spec.user, max_sessions, count) as claim:
+        try:
+            job_id = current_scheduler().submit(spec, secret)
+        except SessionInvalid as exc:
+            raise forms.FieldError(exc.field, exc.message) from exc
+        record = PortalSession(
+            job_id=job_id,
+            owner=spec.user,
+            app=spec.app,
+            image=image_name,
+            gpus=spec.gpus,
+            partition=spec.partition,
+            time_minutes=spec.time_minutes,
+            secret=secret,
+            created_at=utcnow(),
+            reservation=spec.reservation,
+        )
+        db.session.add(record)
+        claim.settle()  # in the record's transaction: from its commit on the session counts itself
+        audit("session.start", str(job_id), app=spec.app, image=image_name, gpus=spec.gpus,
+              partition=spec.partition, nodes=spec.nodes)  # fmt: skip
+        _commit_or_cancel(job_id, spec.user)
+    return record
+
+
+def _commit_or_cancel(job_id: int, username: str) -> None:
+    try:
+        db.session.commit()
+    except Exception:
+        db.session.rollback()
+        try:  # never leave a job running that nobody can reach or see
+            current_scheduler().cancel(job_id, as_user=username)
+        except SlurmError:
+            current_app.logger.exception("could not cancel orphaned job %s", job_id)
+        raise
+
+
+def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
+    """Owner stops as themself; an admin stops anyone's as the Slurm admin identity."""
+    record = get_portal_session(job_id)
+    if record is None:
+        abort(404, description="No such session.")
+    if record.owner == user.username:
+        as_user = user.username
+    elif user.is_admin:
+        as_user = str(current_app.config["SLURM_ADMIN_USER"])
+    else:
+        abort(403, description="Only the owner or an administrator may stop this session.")
+    if record.ended_at is not None:
+        # Stopped already (a second click, a retried API call) or ended in Slurm: nothing left to cancel. Asking Slurm
+        # again only brought its "Invalid job id" back, as a 503.
+        return record
+    try:
+        current_scheduler().cancel(job_id, as_user=as_user)
+    except SlurmError:
+        # Slurm refuses to cancel a job it has forgotten or that is ending or ended: the session is over all the same
+        # (the dashboard had not looked since). Only a job that still runs by Slurm's fresh word, or no word, is an
+        # error (a 503 from the API, a message on the pages).
+        fresh = current_scheduler().state(max_age=FRESH_STATE_SECONDS)
+        job = fresh.job(job_id)
+        if fresh.error or (job is not None and job.user == record.owner and job.active and job.state != "COMPLETING"):
+            raise
+    record.ended_at = utcnow()
+    record.secret = ""  # an ended session's secret is of no use to anyone: do not keep it
+    action = "session.stop" if record.owner == user.username else "admin.session.stop"
+    audit(action, str(job_id), owner=record.owner)
+    db.session.commit()
+    return record

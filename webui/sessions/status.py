@@ -1,0 +1,197 @@
+"""What the dashboard, the admin page and ``/api/sessions`` show of a session: Slurm's state of its job, why it waits
+or failed, whether its app is ready (Connect), and when it ends. A session whose job ended is recorded as ended."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from flask import current_app
+
+from carme_runtime.front import app_secret
+from carme_runtime.slurm_formats import parse_comment
+from webui.extensions import db
+from webui.models import PortalSession
+from webui.models import utcnow
+from webui.sessions import pending_reasons
+from webui.sessions.catalog import app_spec
+from webui.sessions.endpoints import endpoint_ready
+from webui.sessions.endpoints import valid_endpoint
+from webui.sessions.records import job_of
+from webui.sessions.records import my_portal_sessions
+from webui.sessions.records import not_yet_listed
+from webui.slurm.scheduler import current_scheduler
+from webui.slurm.state import ClusterState
+from webui.slurm.state import Job
+
+#: what a launcher's ``reason=`` in ``state=failed`` means, in words (carme_runtime.launch)
+FAILURE_REASONS = {"image": "its container image is missing on the node or does not match its registered digest"}
+
+#: node state words (slurmrestd state and state_flags) of a node that is lost, for now or for good
+LOST_NODE_STATES = ("NOT_RESPONDING", "DOWN", "FAIL")
+
+#: a session counts as starting (its owner's dashboard asks often, from fresh state) this long after its submission
+STARTING_WINDOW_SECONDS = 600
+NOT_YET_LISTED = "submitted, not yet listed by the scheduler"
+
+
+def _launch_failed(job: Job) -> bool:
+    return (parse_comment(job.comment or "") or {}).get("state") == "failed"
+
+
+def _ended_to_explain(job: Job) -> bool:
+    """An ended session the dashboard keeps showing (while Slurm knows the job): its user must learn why it ended."""
+    return _launch_failed(job) or job.state == "NODE_FAIL"
+
+
+def _lost_nodes(state: ClusterState, job: Job) -> list[str]:
+    wanted = set(job.nodes)
+    return sorted(
+        n.name for n in state.nodes if n.name in wanted and any(w in n.state.upper() for w in LOST_NODE_STATES)
+    )
+
+
+def _reason(job: Job, lost: list[str]) -> str:
+    """Why a session waits (Slurm's pending reason), why its launcher gave up (the job comment), or that its node
+    is lost (``lost``: a running job's nodes that stopped answering; Slurm ends it after SlurmdTimeout, never
+    requeued)."""
+    if job.state == "PENDING":
+        return pending_reasons.explain(job.reason)
+    if job.state == "NODE_FAIL":
+        return "its node failed; Slurm ended the session (it is not started again by itself)"
+    if lost:
+        return (
+            f"its node {', '.join(lost)} is not responding; the session ends if the node does not come back "
+            "(it is not started again by itself)"
+        )
+    fields = parse_comment(job.comment or "") or {}
+    if fields.get("state") == "failed":
+        return FAILURE_REASONS.get(fields.get("reason", ""), "the app did not start (see the job's output file)")
+    return ""
+
+
+def my_session_views(username: str) -> tuple[ClusterState, list[dict[str, Any]]]:
+    """The user's sessions as the dashboard and ``/api/sessions`` show them.
+
+    While one of them starts, from a state at most ``STARTING_STATE_SECONDS`` old instead of
+    ``SCHEDULER_CACHE_SECONDS``: the portal sees the launcher's "ready" soon after it is published. The fresher state
+    is the worker's shared cache too (single-flight), so scheduler calls do not grow with the users who wait.
+    """
+    records = my_portal_sessions(username)
+    state = current_scheduler().state()
+    views = session_views(state, records)
+    fresh = float(current_app.config.get("STARTING_STATE_SECONDS", 0.5))
+    if any(v["starting"] for v in views) and time.time() - state.fetched_at > fresh:
+        state = current_scheduler().state(max_age=fresh)
+        views = session_views(state, records)
+    return state, views
+
+
+def session_views(state: ClusterState, records: list[PortalSession], *, probe: bool = True) -> list[dict[str, Any]]:
+    """One view per session still to show; sessions whose jobs ended are recorded as ended (committed).
+    ``probe``: ask each running app whether it answers (the owner's pages), else only whether it published "ready"."""
+    now = time.time()
+    out = []
+    changed = False
+    for ps in records:
+        view, ended_now = _view_of(state, ps, now, probe)
+        changed = changed or ended_now
+        if view is not None:
+            out.append(view)
+    if changed:
+        db.session.commit()
+    return out
+
+
+def _view_of(state: ClusterState, ps: PortalSession, now: float, probe: bool) -> tuple[dict[str, Any] | None, bool]:
+    """The session's view (None: not shown), and whether it was ended just now."""
+    was_ended = ps.ended_at is not None
+    job = job_of(state, ps.job_id, ps.owner)
+    if job is None and state.error:
+        return (None if was_ended else _unknown_view(ps)), False
+    if job is None and not was_ended and not_yet_listed(ps, state):
+        return _unknown_view(ps, reason=NOT_YET_LISTED), False
+    ended_now = False
+    if job is None or job.ended:
+        ended_now = _record_end(ps)
+        if job is None or (was_ended and not _ended_to_explain(job)):
+            return None, ended_now
+    return _job_view(state, ps, job, now, probe), ended_now
+
+
+def _record_end(ps: PortalSession) -> bool:
+    """Mark the session ended (uncommitted); False if it was already."""
+    if ps.ended_at is not None:
+        return False
+    ps.ended_at = utcnow()
+    ps.secret = ""  # as in stop_session: an ended session's secret is of no use to anyone
+    return True
+
+
+def _job_view(state: ClusterState, ps: PortalSession, job: Job, now: float, probe: bool) -> dict[str, Any]:
+    ready = False
+    spec = app_spec(ps.app)
+    lost = _lost_nodes(state, job) if job.state == "RUNNING" else []
+    if job.state == "RUNNING" and spec is not None and not lost:
+        ep = valid_endpoint(state, job)
+        ready = ep is not None and (not probe or endpoint_ready(ep, ps.job_id, ps.secret, spec))
+    young = now - ps.created_at.timestamp() < STARTING_WINDOW_SECONDS
+    # running, its app not yet ready: shown from fresh state; pending: the dashboard watches for it to run
+    starting = young and not ready and job.state == "RUNNING" and not lost and not _launch_failed(job)
+    return {
+        **_record_fields(ps),
+        "state": job.state,
+        "reason": _reason(job, lost),
+        "slurm_reason": job.reason if job.state == "PENDING" else "",
+        "seconds_left": job.seconds_left(now),
+        "ends_at": _ends_at(job),
+        "nodes": list(job.nodes),
+        "ready": ready,
+        "starting": starting,
+        "watch": starting or (young and job.state == "PENDING"),
+        "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
+        # Password apps (code-server) ask the owner for the session password at first connect.
+        # The app's password, never the session secret (the front's key is derived from that).
+        "password": app_secret(ps.secret, ps.job_id)
+        if ready and spec is not None and spec.secret_mode == "password"
+        else None,
+    }
+
+
+def _record_fields(ps: PortalSession) -> dict[str, Any]:
+    """What a view shows of the portal's own row."""
+    return {
+        "job_id": ps.job_id,
+        "owner": ps.owner,
+        "app": ps.app,
+        "image": ps.image,
+        "gpus": ps.gpus,
+        "partition": ps.partition,
+        "reservation": ps.reservation,
+    }
+
+
+def _ends_at(job: Job) -> str | None:
+    """When a running job reaches its time limit (UTC, HH:MM), for the dashboard."""
+    if job.state != "RUNNING" or not job.start_time or not job.time_limit_minutes:
+        return None
+    end = dt.datetime.fromtimestamp(job.start_time + job.time_limit_minutes * 60, dt.UTC)
+    return end.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _unknown_view(ps: PortalSession, reason: str = "scheduler unreachable") -> dict[str, Any]:
+    return {
+        **_record_fields(ps),
+        "state": "UNKNOWN",
+        "reason": reason,
+        "slurm_reason": "",
+        "seconds_left": None,
+        "ends_at": None,
+        "nodes": [],
+        "ready": False,
+        "starting": reason == NOT_YET_LISTED,
+        "watch": reason == NOT_YET_LISTED,
+        "connect_url": None,
+        "password": None,
+    }
