@@ -132,7 +132,7 @@ def register_extensions(app: Flask) -> None:
     # SCHEDULER: a ready Scheduler object (tests, integration suites); else built from settings.
     app.extensions["carme_scheduler"] = app.config.get("SCHEDULER") or scheduler.from_config(app.config)
     app.extensions["carme_view_cache"] = TTLMap(float(app.config["SCHEDULER_CACHE_SECONDS"]))
-    from webui import reservations_slurm
+    from webui.reservations import slurm as reservations_slurm
 
     app.extensions["carme_reservations"] = reservations_slurm.from_config(app.config)
 
@@ -147,7 +147,7 @@ def register_blueprints(app: Flask) -> None:
     from webui.api.views import bp as api_bp
     from webui.auth.views import bp as auth_bp
     from webui.dashboard.views import bp as dashboard_bp
-    from webui.reservations import bp as reservations_bp
+    from webui.reservations.views import bp as reservations_bp
     from webui.sessions.views import bp as sessions_bp
 
     app.register_blueprint(auth_bp)

@@ -144,7 +144,7 @@ DATASETS: tuple[dict[str, object], ...] = ()
 STORAGE_QUOTA = ""
 STORAGE_QUOTA_COMMAND = ("beegfs-ctl",)
 
-# --- Reservations (issue 16; webui/reservation_policy.py, docs/portal.md "Reservations") ---------------------
+# --- Reservations (issue 16; webui/reservations/policy.py, docs/portal.md "Reservations") --------------------
 RESERVATION_MAX_GPUS = 2  # per request, all nodes together
 RESERVATION_MAX_NODES = 1
 RESERVATION_MAX_GPU_HOURS_PER_MONTH = 48.0  # reserved GPU-hours per user and month approved without an admin
@@ -156,7 +156,7 @@ RESERVATION_PARTITION: str | None = None  # the partition whose nodes are reserv
 # How the portal runs scontrol (as its own Unix user, a Slurm Operator): slurmrestd 22.05 cannot create reservations.
 SLURM_SCONTROL = ("scontrol",)
 SLURM_CONF_FILE: str | None = None  # SLURM_CONF for scontrol; None: scontrol's default (/etc/slurm/slurm.conf)
-# A ready object implementing webui.reservations_slurm.Reservations (test_config only).
+# A ready object implementing webui.reservations.slurm.Reservations (test_config only).
 RESERVATIONS: object | None = None
 RESERVATION_TIMEZONE = "UTC"  # the forms and the calendar speak this zone
 

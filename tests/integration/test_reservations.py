@@ -1,4 +1,4 @@
-"""Reservations on the host Slurm 22.05 (issue 16), through the portal's own code (webui.reservations_slurm):
+"""Reservations on the host Slurm 22.05 (issue 16), through the portal's own code (webui.reservations.slurm):
 
 * Slurm 22.05 refuses GPUs in a reservation's TRES, so the portal reserves whole nodes (``NodeCnt``);
 * an Operator (the portal's Slurm identity; dave here, made one for this module) creates them with scontrol and an
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fixtures.hostslurm import HostSlurm
-from webui.reservations_slurm import ReservationSpec
-from webui.reservations_slurm import SlurmReservations
+from webui.reservations.slurm import ReservationSpec
+from webui.reservations.slurm import SlurmReservations
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.jwt_tokens import TokenSource

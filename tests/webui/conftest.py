@@ -33,9 +33,9 @@ from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import User
-from webui.reservations_slurm import Reservation
-from webui.reservations_slurm import ReservationSpec
-from webui.reservations_slurm import ReservationState
+from webui.reservations.slurm import Reservation
+from webui.reservations.slurm import ReservationSpec
+from webui.reservations.slurm import ReservationState
 from webui.slurm.errors import SlurmError
 from webui.slurm.session_spec import SessionSpec
 from webui.slurm.session_spec import build_payload
@@ -160,7 +160,7 @@ def fake_scheduler() -> FakeScheduler:
 
 
 class FakeReservations:
-    """In-memory Slurm reservations (webui.reservations_slurm.Reservations): ``create`` refuses an overlap on a
+    """In-memory Slurm reservations (webui.reservations.slurm.Reservations): ``create`` refuses an overlap on a
     node the way Slurm does (its message is the one Slurm 22.05 gives, tests/integration/test_reservations.py)."""
 
     def __init__(self, nodes: tuple[str, ...] = ("gpu01",)) -> None:

@@ -164,7 +164,7 @@ def test_a_start_in_flight_counts_and_a_stale_one_does_not(app: Flask, fake_sche
 def test_concurrent_identical_reservation_requests_leave_one_row(
     app: Flask, auto_approve: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from webui import reservation_service
+    from webui.reservations import service as reservation_service
 
     real_decide = reservation_service.decide
 

@@ -10,7 +10,7 @@ answer must show that
 * a bad field is refused with a 400 that names it, where the endpoint names its fields;
 * nothing is executed: ``subprocess.Popen`` (under ``subprocess.run``), ``os.system``, ``os.popen``, ``os.exec*``,
   ``os.spawn*`` and ``os.posix_spawn*`` are replaced by recorders. The only program the portal may start is
-  ``scontrol`` (reservations are created with it, webui/reservations_slurm.py): with an argv list, never a string,
+  ``scontrol`` (reservations are created with it, webui/reservations/slurm.py): with an argv list, never a string,
   never ``shell=True``; the recorder answers as scontrol would. A generated payload (every marker and shell command
   here carries the word "fuzz") reaches an argv, or the submit payload the scheduler stand-in builds, only as a whole
   element;
@@ -50,9 +50,9 @@ from tests.fixtures.fuzz import META
 from tests.fixtures.fuzz import RAW
 from tests.fixtures.fuzz import mutated
 from webui.auth.ldap import LdapIdentity
-from webui.reservations_slurm import Reservation
-from webui.reservations_slurm import ReservationState
-from webui.reservations_slurm import SlurmReservations
+from webui.reservations.slurm import Reservation
+from webui.reservations.slurm import ReservationState
+from webui.reservations.slurm import SlurmReservations
 from webui.slurm.client import SlurmClient
 from webui.slurm.jwt_tokens import TokenSource
 

@@ -7,13 +7,13 @@ import datetime as dt
 
 import pytest
 
-from webui.reservation_policy import APPROVE
-from webui.reservation_policy import PENDING
-from webui.reservation_policy import PolicyRefused
-from webui.reservation_policy import ReservationPolicy
-from webui.reservation_policy import Window
-from webui.reservation_policy import decide
-from webui.reservation_policy import reserved_gpu_hours
+from webui.reservations.policy import APPROVE
+from webui.reservations.policy import PENDING
+from webui.reservations.policy import PolicyRefused
+from webui.reservations.policy import ReservationPolicy
+from webui.reservations.policy import Window
+from webui.reservations.policy import decide
+from webui.reservations.policy import reserved_gpu_hours
 
 UTC = dt.UTC
 NOW = dt.datetime(2026, 11, 24, 9, 0, tzinfo=UTC)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import subprocess
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -22,11 +21,11 @@ from sqlalchemy import select
 from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import ReservationRequest
-from webui.reservations_slurm import Reservation
-from webui.reservations_slurm import ReservationSpec
-from webui.reservations_slurm import SlurmReservations
-from webui.reservations_slurm import create_argv
-from webui.reservations_slurm import parse_reservation
+from webui.reservations.slurm import Reservation
+from webui.reservations.slurm import ReservationSpec
+from webui.reservations.slurm import SlurmReservations
+from webui.reservations.slurm import create_argv
+from webui.reservations.slurm import parse_reservation
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.jwt_tokens import TokenSource
@@ -328,9 +327,9 @@ def test_the_icalendar_feed_parses_back_and_its_url_is_revocable(
 def test_scontrol_is_called_with_an_argv_list_and_its_refusal_kept_verbatim() -> None:
     calls: list[tuple[list[str], dict[str, str]]] = []
 
-    def runner(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-        calls.append((list(argv), dict(env)))
-        return subprocess.CompletedProcess(argv, 1, "", "scontrol: error: Reservation request overlaps\n")
+    def runner(argv: Sequence[str], *, env: Mapping[str, str] | None = None, **_: Any) -> tuple[int, str, str]:
+        calls.append((list(argv), dict(env or {})))
+        return 1, "", "scontrol: error: Reservation request overlaps\n"
 
     res = SlurmReservations(SlurmClient("http://127.0.0.1:1", TokenSource("/nonexistent")), service_user="carme-portal",
                             cache_seconds=1, scontrol=("/usr/bin/scontrol",), slurm_conf="/etc/x/slurm.conf",
@@ -356,13 +355,13 @@ def test_a_reservation_slurm_made_smaller_than_asked_is_deleted_and_refused() ->
     """Slurm 22.05 reserves the one free node when asked for two (measured on the demo): not what was approved."""
     calls: list[list[str]] = []
 
-    def runner(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    def runner(argv: Sequence[str], **_: Any) -> tuple[int, str, str]:
         calls.append(list(argv))
         if argv[1:3] == ["create", "reservation"]:
-            return subprocess.CompletedProcess(argv, 0, "Reservation created: carme-bob-2\n", "")
+            return 0, "Reservation created: carme-bob-2\n", ""
         if "show" in argv:
-            return subprocess.CompletedProcess(argv, 0, "ReservationName=carme-bob-2 Nodes=node2 NodeCnt=1 x=y\n", "")
-        return subprocess.CompletedProcess(argv, 0, "", "")
+            return 0, "ReservationName=carme-bob-2 Nodes=node2 NodeCnt=1 x=y\n", ""
+        return 0, "", ""
 
     res = SlurmReservations(SlurmClient("http://127.0.0.1:1", TokenSource("/nonexistent")), service_user="carme-portal",
                             cache_seconds=1, runner=runner)  # fmt: skip

@@ -14,7 +14,7 @@ from webui.auth.access import login_required
 from webui.auth.logins import current_user
 from webui.dashboard.news import latest_news
 from webui.quota.usage import quota_view
-from webui.reservation_service import reserved_gpu_hours
+from webui.reservations.service import reserved_gpu_hours
 from webui.sessions import storage
 from webui.sessions.status import my_session_views
 from webui.slurm.state import ClusterState

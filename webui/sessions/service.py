@@ -22,8 +22,8 @@ from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import utcnow
 from webui.quota.usage import quota_view
-from webui.reservation_service import active_reservations
-from webui.reservations_slurm import Reservation
+from webui.reservations.service import active_reservations
+from webui.reservations.slurm import Reservation
 from webui.sessions import limit
 from webui.sessions.catalog import available_apps
 from webui.sessions.catalog import catalog

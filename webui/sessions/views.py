@@ -19,7 +19,7 @@ from webui.auth.logins import current_user
 from webui.auth.logins import login_key_of_request
 from webui.extensions import db
 from webui.forms import FieldError
-from webui.reservation_service import active_reservations
+from webui.reservations.service import active_reservations
 from webui.sessions import app_origin
 from webui.sessions import storage
 from webui.sessions.catalog import available_apps

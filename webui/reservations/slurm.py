@@ -15,18 +15,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import subprocess
-import threading
 import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 
+from carme_runtime.command_runner import RC_NOT_FOUND
+from carme_runtime.command_runner import RC_TIMEOUT
+from carme_runtime.command_runner import SubprocessRunner
 from carme_runtime.hostlist import expand_hostlist
+from webui.caches import SnapshotCache
 from webui.slurm.client import API
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
@@ -131,6 +133,10 @@ def create_argv(spec: ReservationSpec, now: dt.datetime) -> list[str]:
     return argv
 
 
+if TYPE_CHECKING:
+    from carme_runtime.command_runner import Runner
+
+
 class Reservations(Protocol):
     def state(self, max_age: float | None = None) -> ReservationState: ...
 
@@ -145,63 +151,57 @@ class Reservations(Protocol):
     def delete(self, name: str) -> None: ...
 
 
-Runner = Callable[[Sequence[str], Mapping[str, str]], "subprocess.CompletedProcess[str]"]
-
-
-def _run(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=30, check=False)
+def _flagged(last: ReservationState | None, exc: Exception) -> ReservationState:
+    """What a failed read serves: the last reservations known, flagged with the error."""
+    old = last or ReservationState()
+    return ReservationState(old.reservations, old.fetched_at, error=str(exc))
 
 
 @dataclass
 class SlurmReservations:
-    """Reads through slurmrestd as the service user, at most once per ``cache_seconds``; writes with scontrol."""
+    """Reads through slurmrestd as the service user, at most once per ``cache_seconds``; writes with scontrol, run by
+    carme_runtime's command runner (an argv list, no shell)."""
 
     client: SlurmClient
     service_user: str
     cache_seconds: float
     scontrol: Sequence[str] = ("scontrol",)
     slurm_conf: str | None = None
-    runner: Runner = _run
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _state: ReservationState | None = None
-    _stamp: float = 0.0
+    runner: Runner = field(default_factory=lambda: SubprocessRunner(timeout=30))
+    _cache: SnapshotCache[ReservationState] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._cache = SnapshotCache(self._fetch, self.cache_seconds, on_error=_flagged, errors=(SlurmError,))
+
+    def _fetch(self) -> ReservationState:
+        doc = self.client.request("GET", f"{API}/reservations", self.service_user)
+        records = [r for r in doc.get("reservations") or [] if isinstance(r, Mapping)]
+        return ReservationState(tuple(parse_reservation(r) for r in records), time.time())
 
     def state(self, max_age: float | None = None) -> ReservationState:
-        limit = self.cache_seconds if max_age is None else min(self.cache_seconds, max_age)
-        with self._lock:  # single flight: one refresh per process at a time
-            if self._state is not None and time.monotonic() - self._stamp < limit:
-                return self._state
-            try:
-                doc = self.client.request("GET", f"{API}/reservations", self.service_user)
-                records = [r for r in doc.get("reservations") or [] if isinstance(r, Mapping)]
-                new = ReservationState(tuple(parse_reservation(r) for r in records), time.time())
-            except SlurmError as exc:
-                old = self._state or ReservationState()
-                new = ReservationState(old.reservations, old.fetched_at, error=str(exc))
-            self._state, self._stamp = new, time.monotonic()
-            return new
+        return self._cache.get(max_age)
 
     def last(self, error: str) -> ReservationState:
-        with self._lock:
-            old = self._state or ReservationState()
+        old = self._cache.last() or ReservationState()
         return ReservationState(old.reservations, old.fetched_at, error=error)
 
     def invalidate(self) -> None:
-        with self._lock:
-            self._stamp = -1e9
+        self._cache.invalidate()
 
     def _scontrol(self, args: Sequence[str]) -> str:
         env = dict(os.environ)
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         try:
-            proc = self.runner([*self.scontrol, *args], env)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            rc, out, err = self.runner([*self.scontrol, *args], env=env)
+        except OSError as exc:
             raise SlurmError(f"scontrol could not be run: {exc}") from exc
-        if proc.returncode != 0:
+        if rc in (RC_NOT_FOUND, RC_TIMEOUT):
+            raise SlurmError(f"scontrol could not be run: {err.strip()}")
+        if rc != 0:
             # Slurm's own words (overlap, nodes busy), shown to the user as they are (templates escape them).
-            raise SlurmError((proc.stderr or proc.stdout or "scontrol failed").strip())
-        return proc.stdout.strip()
+            raise SlurmError((err or out or "scontrol failed").strip())
+        return out.strip()
 
     def create(self, spec: ReservationSpec) -> str:
         """Create the reservation and check what Slurm made of it.

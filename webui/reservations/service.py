@@ -1,14 +1,10 @@
-"""Reservation requests, decisions and the calendar (issue 16): the glue between the form, the policy
-(:mod:`webui.reservation_policy`), the portal's table of requests and Slurm (:mod:`webui.reservations_slurm`)."""
+"""Reservation requests and their decisions (issue 16): the glue between the form, the policy
+(:mod:`webui.reservations.policy`), the portal's table of requests and Slurm (:mod:`webui.reservations.slurm`)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
-import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -19,22 +15,22 @@ from webui import forms
 from webui.auth.audit import audit
 from webui.auth.logins import CurrentUser
 from webui.extensions import db
-from webui.models import CalendarToken
 from webui.models import ReservationRequest
 from webui.models import utcnow
 from webui.quota.policy import effective_policy
 from webui.quota.usage import gpu_hours_used
-from webui.reservation_policy import APPROVE
-from webui.reservation_policy import PolicyRefused
-from webui.reservation_policy import ReservationPolicy
-from webui.reservation_policy import Window
-from webui.reservation_policy import decide
-from webui.reservation_policy import gpu_hours_in
-from webui.reservation_policy import month_bounds
-from webui.reservations_slurm import Reservation
-from webui.reservations_slurm import Reservations
-from webui.reservations_slurm import ReservationSpec
-from webui.reservations_slurm import ReservationState
+from webui.reservations.policy import APPROVE
+from webui.reservations.policy import Decision
+from webui.reservations.policy import PolicyRefused
+from webui.reservations.policy import ReservationPolicy
+from webui.reservations.policy import Window
+from webui.reservations.policy import decide
+from webui.reservations.policy import gpu_hours_in
+from webui.reservations.policy import month_bounds
+from webui.reservations.slurm import Reservation
+from webui.reservations.slurm import Reservations
+from webui.reservations.slurm import ReservationSpec
+from webui.reservations.slurm import ReservationState
 from webui.slurm.errors import SlurmError
 from webui.slurm.scheduler import current_scheduler
 from webui.slurm.scheduler import default_partition
@@ -109,23 +105,29 @@ def _node_gpus(nodes: tuple[str, ...]) -> int:
     return sum(by_name.get(n, 0) for n in nodes)
 
 
-def own_windows(username: str, state: ReservationState) -> list[Window]:
-    """The user's reservations in Slurm (charged the GPUs requested, else their nodes' GPUs), their open requests,
-    and their approved requests that already ended (Slurm forgets a reservation when it ends)."""
-    rows = {r.name: r for r in requests_of(username) if r.name}
-    windows = []
-    seen = set()
+def _held(username: str, state: ReservationState, rows: list[ReservationRequest]) -> dict[str, Window]:
+    """The user's reservations in Slurm by name, charged the GPUs requested (else their nodes' GPUs)."""
+    by_name = {r.name: r for r in rows if r.name}
+    held = {}
     for res in state.reservations:
         if res.is_for(username):
-            row = rows.get(res.name)
-            gpus = row.gpus if row is not None else _node_gpus(res.nodes)
-            windows.append(Window(res.start, res.end, gpus))
-            seen.add(res.name)
+            row = by_name.get(res.name)
+            held[res.name] = Window(res.start, res.end, row.gpus if row is not None else _node_gpus(res.nodes))
+    return held
+
+
+def _ended(row: ReservationRequest, held: dict[str, Window], now: dt.datetime) -> bool:
+    """An approved request whose reservation ended (Slurm forgets a reservation when it ends)."""
+    return row.status == APPROVED and row.name not in held and row.end_at <= now
+
+
+def own_windows(username: str, state: ReservationState) -> list[Window]:
+    """The user's reservations in Slurm, their open requests, and their approved requests that already ended."""
+    rows = requests_of(username)
+    held = _held(username, state, rows)
     now = utcnow()
-    for row in requests_of(username):
-        if row.status == PENDING or (row.status == APPROVED and row.name not in seen and row.end_at <= now):
-            windows.append(Window(row.start_at, row.end_at, row.gpus))
-    return windows
+    not_in_slurm = [Window(r.start_at, r.end_at, r.gpus) for r in rows if r.status == PENDING or _ended(r, held, now)]
+    return [*held.values(), *not_in_slurm]
 
 
 def reserved_gpu_hours(username: str, now: dt.datetime | None = None) -> float | None:
@@ -135,19 +137,10 @@ def reserved_gpu_hours(username: str, now: dt.datetime | None = None) -> float |
         return None
     now = now or utcnow()
     start, end = month_bounds(now)
-    rows = {r.name: r for r in requests_of(username) if r.name}
-    total = 0.0
-    seen = set()
-    for res in state.reservations:
-        if res.is_for(username):
-            row = rows.get(res.name)
-            gpus = row.gpus if row is not None else _node_gpus(res.nodes)
-            total += gpu_hours_in(Window(res.start, res.end, gpus), start, end)
-            seen.add(res.name)
-    for row in rows.values():
-        if row.status == APPROVED and row.name not in seen and row.end_at <= now:
-            total += gpu_hours_in(Window(row.start_at, row.end_at, row.gpus), start, end)
-    return total
+    rows = [r for r in requests_of(username) if r.name]
+    held = _held(username, state, rows)
+    windows = [*held.values(), *(Window(r.start_at, r.end_at, r.gpus) for r in rows if _ended(r, held, now))]
+    return sum((gpu_hours_in(w, start, end) for w in windows), 0.0)
 
 
 def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[ReservationRequest, str]:
@@ -161,9 +154,7 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
         raise forms.FieldError("end", "must be after the start")
     purpose = forms.text(form, "purpose", max_len=200)
     public = forms.flag(form, "public")
-    cluster = current_scheduler().state()
-    partition = reservation_partition()
-    per_node = cluster.max_gpus_per_node(partition)
+    per_node = current_scheduler().state().max_gpus_per_node(reservation_partition())
     if gpus > nodes * per_node:
         raise forms.FieldError("gpus", f"{nodes} node(s) have at most {nodes * per_node} GPUs here")
     state = slurm_state()
@@ -182,26 +173,27 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
             message = f"Reservation {same.name} for this time exists already."
         db.session.rollback()
         return same, message
-    now = utcnow()
     request = Window(start, end, gpus)
+    now = utcnow()
     try:
-        decision = decide(
-            policy(),
-            request,
-            nodes,
-            now,
-            own=own_windows(user.username, state),
-            used_gpu_hours=used,
-            budget_gpu_hours=budget,
-        )
+        decision = decide(policy(), request, nodes, now, own=own_windows(user.username, state),
+                          used_gpu_hours=used, budget_gpu_hours=budget)  # fmt: skip
     except PolicyRefused as exc:
         raise forms.FieldError(exc.field, exc.message) from exc
+    row = _record(user.username, request, nodes, purpose, public, decision, now)
+    return row, _outcome(row, decision)
+
+
+def _record(
+    username: str, request: Window, nodes: int, purpose: str, public: bool, decision: Decision, now: dt.datetime
+) -> ReservationRequest:
+    """Record the request (its id names the Slurm reservation), and create the reservation when approved."""
     row = ReservationRequest(
-        username=user.username,
-        gpus=gpus,
+        username=username,
+        gpus=request.gpus,
         nodes=nodes,
-        start_at=start,
-        end_at=end,
+        start_at=request.start,
+        end_at=request.end,
         purpose=purpose,
         public=public,
         status=PENDING,
@@ -209,17 +201,22 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
         reason=decision.reason if decision.outcome != APPROVE else "",
     )
     db.session.add(row)
-    db.session.flush()  # the id names the Slurm reservation
-    audit("reservation.request", str(row.id), gpus=gpus, nodes=nodes, start=start.isoformat(), end=end.isoformat())
+    db.session.flush()
+    audit("reservation.request", str(row.id), gpus=request.gpus, nodes=nodes, start=request.start.isoformat(),
+          end=request.end.isoformat())  # fmt: skip
     if decision.outcome == APPROVE:
         approve(row, decided_by="policy", reason=decision.reason)
     else:
         db.session.commit()
+    return row
+
+
+def _outcome(row: ReservationRequest, decision: Decision) -> str:
     if row.status == APPROVED:
-        return row, f"Reservation {row.name} created in Slurm ({decision.reason})."
+        return f"Reservation {row.name} created in Slurm ({decision.reason})."
     if row.status == FAILED:
-        return row, f"Slurm refused the reservation: {row.reason}"
-    return row, f"Request {row.id} waits for an administrator: {decision.reason}."
+        return f"Slurm refused the reservation: {row.reason}"
+    return f"Request {row.id} waits for an administrator: {decision.reason}."
 
 
 def _same_request(
@@ -300,166 +297,3 @@ def active_reservations(username: str, now: dt.datetime | None = None) -> list[R
     """The user's reservations that hold nodes right now (what the session start form offers)."""
     now = now or utcnow()
     return [r for r in slurm_state().reservations if r.is_for(username) and r.active(now)]
-
-
-# --- the calendar --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Block:
-    """A reservation as one user may see it on one day."""
-
-    name: str
-    start: dt.datetime
-    end: dt.datetime
-    kind: str  # own, public, busy
-    title: str
-    detail: str
-
-
-def blocks(user: CurrentUser, state: ReservationState) -> list[Block]:
-    """Every reservation: the user's own (and all, for admins) in full, public ones with owner and purpose, the
-    others as busy blocks with their time and node count only."""
-    rows = requests_by_name([r.name for r in state.reservations])
-    out = []
-    for res in state.reservations:
-        row = rows.get(res.name)
-        nodes = ",".join(res.nodes) or f"{res.node_count} node(s)"
-        if res.is_for(user.username) or user.is_admin:
-            purpose = row.purpose if row is not None else ""
-            kind = "own" if res.is_for(user.username) else "public"
-            who = ",".join(res.users)
-            detail = f"{who} · {nodes}" + (f" · {purpose}" if purpose else "")
-            out.append(Block(res.name, res.start, res.end, kind, res.name, detail))
-        elif row is not None and row.public:
-            out.append(Block(res.name, res.start, res.end, "public", row.purpose, f"{row.username} · {nodes}"))
-        else:
-            out.append(Block("", res.start, res.end, "busy", "Busy", f"{res.node_count} node(s) reserved"))
-    return sorted(out, key=lambda b: (b.start, b.end))
-
-
-@dataclass(frozen=True)
-class Day:
-    date: dt.date
-    blocks: list[tuple[Block, str, str]]  # block, start and end as shown on this day (HH:MM)
-    in_month: bool = True
-    today: bool = False
-
-
-def days(all_blocks: list[Block], first: dt.date, count: int, month: int | None = None) -> list[Day]:
-    tz = zone()
-    today = utcnow().astimezone(tz).date()
-    out = []
-    for i in range(count):
-        date = first + dt.timedelta(days=i)
-        lo = dt.datetime.combine(date, dt.time(), tz)
-        hi = lo + dt.timedelta(days=1)
-        shown = []
-        for b in all_blocks:
-            if b.start < hi and lo < b.end:
-                s = max(b.start.astimezone(tz), lo)
-                e = min(b.end.astimezone(tz), hi)
-                shown.append((b, s.strftime("%H:%M"), "24:00" if e == hi else e.strftime("%H:%M")))
-        out.append(Day(date, shown, month is None or date.month == month, date == today))
-    return out
-
-
-# --- iCalendar feed ------------------------------------------------------------------------------------------------
-
-
-def _token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_calendar_token(username: str) -> str:
-    """A fresh feed token for the user (the old URL stops working); only its hash is stored."""
-    token = secrets.token_urlsafe(32)
-    row = db.session.get(CalendarToken, username)
-    if row is None:
-        db.session.add(CalendarToken(username=username, token_hash=_token_hash(token), created_at=utcnow()))
-    else:
-        row.token_hash, row.created_at = _token_hash(token), utcnow()
-    audit("calendar.token.new", username)
-    db.session.commit()
-    return token
-
-
-def revoke_calendar_token(username: str) -> None:
-    row = db.session.get(CalendarToken, username)
-    if row is not None:
-        db.session.delete(row)
-    audit("calendar.token.revoke", username)
-    db.session.commit()
-
-
-def has_calendar_token(username: str) -> bool:
-    return db.session.get(CalendarToken, username) is not None
-
-
-def calendar_owner(username: str, token: str) -> bool:
-    row = db.session.get(CalendarToken, username)
-    return row is not None and hmac.compare_digest(row.token_hash, _token_hash(token))
-
-
-def _ical_text(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(";", "\\;").replace(",", "\\,").replace("\r", "").replace("\n", "\\n")
-
-
-def _fold(line: str) -> list[str]:
-    """RFC 5545 3.1: lines of at most 75 octets, continued with a leading space."""
-    out: list[str] = []
-    current = ""
-    for ch in line:
-        limit = 75 if not out else 74
-        if len((current + ch).encode()) > limit:
-            out.append(current)
-            current = ch
-        else:
-            current += ch
-    out.append(current)
-    return [out[0]] + [" " + part for part in out[1:]]
-
-
-def _ical_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def ical_feed(username: str, host: str) -> str:
-    """The user's own reservations (from Slurm) and open requests as an RFC 5545 calendar."""
-    state = slurm_state()
-    rows = {r.name: r for r in requests_of(username) if r.name}
-    stamp = _ical_time(utcnow())
-    lines = ["BEGIN:VCALENDAR", "VERSION:2.0", "PRODID:-//Carme//Reservations//EN", "CALSCALE:GREGORIAN"]
-    events: list[tuple[str, dt.datetime, dt.datetime, str, str, str]] = []
-    for res in state.reservations:
-        if res.is_for(username):
-            row = rows.get(res.name)
-            summary = f"GPU reservation {res.name}"
-            description = (row.purpose + "\n" if row is not None else "") + "Nodes: " + ",".join(res.nodes)
-            events.append((f"{res.name}@{host}", res.start, res.end, summary, description, "CONFIRMED"))
-    for row in requests_of(username):
-        if row.status == PENDING:
-            events.append(
-                (
-                    f"request-{row.id}@{host}",
-                    row.start_at,
-                    row.end_at,
-                    "GPU reservation (pending)",
-                    row.purpose,
-                    "TENTATIVE",
-                )
-            )
-    for uid, start, end, summary, description, status in events:
-        lines += [
-            "BEGIN:VEVENT",
-            f"UID:{_ical_text(uid)}",
-            f"DTSTAMP:{stamp}",
-            f"DTSTART:{_ical_time(start)}",
-            f"DTEND:{_ical_time(end)}",
-            f"SUMMARY:{_ical_text(summary)}",
-            f"DESCRIPTION:{_ical_text(description)}",
-            f"STATUS:{status}",
-            "END:VEVENT",
-        ]
-    lines.append("END:VCALENDAR")
-    return "".join(part + "\r\n" for line in lines for part in _fold(line))
