@@ -182,9 +182,9 @@ def seed_and_sign(cfg: Path, users: int) -> list[str]:
     """Create the schema and the users; return one signed session cookie per user."""
     os.environ["CARME_WEBUI_CONFIG"] = str(cfg)
     from webui import create_app
+    from webui.admin.commands import upgrade_database
     from webui.auth.logins import start_login
     from webui.extensions import db
-    from webui.flask_commands import upgrade_database
     from webui.models import User
 
     app = create_app()
@@ -909,7 +909,7 @@ done
 runuser -u carme-portal -- /opt/carme/webui-venv/bin/python - "$CARME_USER" <<'PY'
 import datetime as dt, sys, time
 from webui import create_app
-from webui.monitoring import ZabbixSource
+from webui.monitoring.zabbix import ZabbixSource
 app = create_app()
 with app.app_context():
     sched = app.extensions["carme_scheduler"]

@@ -136,10 +136,10 @@ def register_extensions(app: Flask) -> None:
 
     app.extensions["carme_reservations"] = reservations_slurm.from_config(app.config)
 
-    from webui import monitoring
+    from webui.monitoring import health
 
-    # MONITORING: a ready HealthCache (tests); else from ZABBIX_* settings (no ZABBIX_URL: monitoring off).
-    app.extensions["carme_monitoring"] = app.config.get("MONITORING") or monitoring.from_config(app.config)
+    # MONITORING: a ready health_cache() (tests); else from ZABBIX_* settings (no ZABBIX_URL: monitoring off).
+    app.extensions["carme_monitoring"] = app.config.get("MONITORING") or health.from_config(app.config)
 
 
 def register_blueprints(app: Flask) -> None:
@@ -259,7 +259,7 @@ def register_error_handlers(app: Flask) -> None:
 
 
 def register_commands(app: Flask) -> None:
-    from webui.flask_commands import register
+    from webui.admin.commands import register
 
     register(app)
 

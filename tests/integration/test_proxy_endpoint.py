@@ -89,8 +89,8 @@ def sessions(host_slurm: HostSlurm) -> Iterator[Sessions]:
 def portal(host_slurm: HostSlurm, sessions: Sessions, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
     """The portal's app on the real slurmrestd (its real SlurmScheduler), with both sessions in its database."""
     from webui import create_app
+    from webui.admin.commands import upgrade_database
     from webui.extensions import db
-    from webui.flask_commands import upgrade_database
     from webui.models import PortalSession
 
     tmp = tmp_path_factory.mktemp("portal")

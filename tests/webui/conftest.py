@@ -27,9 +27,9 @@ from flask.testing import FlaskClient
 from flask.testing import FlaskCliRunner
 
 from webui import create_app
+from webui.admin.commands import upgrade_database
 from webui.auth.logins import start_login
 from webui.extensions import db
-from webui.flask_commands import upgrade_database
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import User

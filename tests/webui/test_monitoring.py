@@ -15,7 +15,9 @@ from flask import Flask
 from tests.fixtures.zabbix_standin import ZabbixStandIn
 from tests.fixtures.zabbix_standin import host
 from tests.fixtures.zabbix_standin import zabbix_standin
-from webui import monitoring
+from webui.caches import SnapshotCache
+from webui.monitoring.health import health_cache
+from webui.monitoring.zabbix import Health
 
 from .conftest import FakeScheduler
 from .conftest import add_session
@@ -109,7 +111,7 @@ def test_one_api_call_per_interval_for_everyone(
     assert zabbix.calls["host.get"] == 1
     assert zabbix.calls["user.login"] == 1
     # the next interval: one more call, on the same login
-    cache: monitoring.HealthCache = app.extensions["carme_monitoring"]
+    cache: SnapshotCache[Health] = app.extensions["carme_monitoring"]
     cache.ttl = 0
     clients[0][0].get("/admin/health")
     assert (zabbix.calls["host.get"], zabbix.calls["user.login"]) == (2, 1)
@@ -162,7 +164,7 @@ def test_a_failed_refresh_is_cached_for_the_interval(fake_scheduler: FakeSchedul
         raise TimeoutError("timed out")
 
     now = {"t": 0.0}
-    cache = monitoring.HealthCache(fetch, ttl=30, clock=lambda: now["t"])
+    cache = health_cache(fetch, ttl=30, clock=lambda: now["t"])
     assert cache.get().error == "timed out"
     now["t"] = 29.0
     assert cache.get().error == "timed out"

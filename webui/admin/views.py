@@ -22,12 +22,12 @@ from werkzeug.wrappers import Response
 
 from carme_runtime.images import split_reference
 from webui import forms
-from webui import monitoring
 from webui.auth.access import admin_required
 from webui.auth.audit import audit
-from webui.auth.lockout import clear_failures
+from webui.auth.lockout import unlock as unlock_user
 from webui.auth.logins import current_user
 from webui.auth.logins import valid_username
+from webui.auth.totp import reset_totp
 from webui.caches import view_cache
 from webui.extensions import db
 from webui.models import ROW_ID
@@ -37,6 +37,7 @@ from webui.models import News
 from webui.models import QuotaPolicy
 from webui.models import User
 from webui.models import utcnow
+from webui.monitoring.health import node_health
 from webui.quota.policy import effective_policy
 from webui.sessions.records import open_sessions
 from webui.sessions.status import session_views
@@ -67,8 +68,8 @@ def index() -> Any:
 
 @bp.route("/health")
 def health() -> Any:
-    """Per-node health from Zabbix: latest values and open problems (one shared snapshot, webui/monitoring.py)."""
-    return render_template("admin/health.html", health=monitoring.node_health())
+    """Per-node health from Zabbix: latest values and open problems (one shared snapshot: webui.monitoring.health)."""
+    return render_template("admin/health.html", health=node_health())
 
 
 @bp.route("/sessions/<job_id>/stop", methods=["POST"])
@@ -225,10 +226,7 @@ def users() -> Any:
 @bp.route("/users/<username>/totp-reset", methods=["POST"])
 def totp_reset(username: str) -> Response:
     user = _user_or_404(username)
-    user.totp_secret = None
-    user.totp_confirmed = False
-    user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
-    user.session_version += 1  # logs the user out everywhere
+    reset_totp(user)
     audit("admin.totp.reset", username)
     db.session.commit()
     current_app.logger.info("TOTP reset for %s", username)
@@ -239,9 +237,7 @@ def totp_reset(username: str) -> Response:
 @bp.route("/users/<username>/unlock", methods=["POST"])
 def unlock(username: str) -> Response:
     user = _user_or_404(username)
-    user.failed_logins = 0
-    user.locked_until = None
-    clear_failures(username)
+    unlock_user(user)
     audit("admin.user.unlock", username)
     db.session.commit()
     flash(f"{username} unlocked.")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from webui.auth.access import admin_required
 from webui.auth.access import login_required
 from webui.auth.audit import audit
-from webui.auth.lockout import clear_failures
 from webui.auth.lockout import record_success
 from webui.auth.logins import CurrentUser
 from webui.auth.logins import current_user
@@ -27,7 +26,6 @@ __all__ = [
     "CurrentUser",
     "admin_required",
     "audit",
-    "clear_failures",
     "current_user",
     "get_user",
     "login_key",

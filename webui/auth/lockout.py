@@ -151,9 +151,12 @@ def record_success(user: User, source: str) -> None:
     user.last_login_at = now
 
 
-def clear_failures(username: str) -> None:
-    """Forget every failed attempt of ``username`` (admin or CLI unlock); the caller commits."""
-    db.session.execute(delete(LoginAttempt).where(LoginAttempt.username == username, LoginAttempt.ok.is_(False)))
+def unlock(user: User) -> None:
+    """Forget every failed attempt of ``user`` and the lock shown to admins (admin or CLI unlock); the caller audits
+    and commits."""
+    user.failed_logins = 0
+    user.locked_until = None
+    db.session.execute(delete(LoginAttempt).where(LoginAttempt.username == user.username, LoginAttempt.ok.is_(False)))
 
 
 def pad_response(started: float) -> None:

@@ -54,3 +54,12 @@ def provisioning_svg(user: User) -> str:
     qr = segno.make(uri, error="m")
     svg: str = qr.svg_inline(scale=4, border=2, dark="#000", light="#fff", omitsize=False)
     return svg
+
+
+def reset_totp(user: User) -> None:
+    """Forget the user's TOTP secret (they enrol again at their next login) and end all their logins; the caller
+    audits and commits."""
+    user.totp_secret = None
+    user.totp_confirmed = False
+    user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
+    user.session_version += 1  # logs the user out everywhere

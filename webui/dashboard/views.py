@@ -9,10 +9,10 @@ from flask import current_app
 from flask import render_template
 from markupsafe import Markup
 
-from webui import monitoring
 from webui.auth.access import login_required
 from webui.auth.logins import current_user
 from webui.dashboard.news import latest_news
+from webui.monitoring.health import node_health
 from webui.quota.usage import quota_view
 from webui.reservations.service import reserved_gpu_hours
 from webui.sessions import storage
@@ -46,7 +46,7 @@ def index() -> Any:
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
     # GPU values (Zabbix) of the nodes my running jobs are on
     my_nodes = sorted({n for j in state.jobs_of(user.username) if j.state == "RUNNING" for n in j.nodes})
-    health = monitoring.node_health()
+    health = node_health()
     return render_template(
         "dashboard/index.html",
         state=state,

@@ -1,4 +1,4 @@
-"""The portal's Zabbix client (webui/monitoring.py, copied next to this file) against the real Zabbix of this scenario.
+"""The portal's Zabbix client (webui/monitoring/zabbix.py, copied next to this file) against this scenario's Zabbix.
 
 Run on the head with the zabbix-utils virtualenv's Python while slurmd is stopped on node1. Prints the snapshot as
 JSON and exits 1 unless it holds head and node1 with their agent value, and node1's slurmd problem.
@@ -7,12 +7,13 @@ Usage: portal_health_check.py URL CA_FILE (the API user's password on stdin).
 
 import json
 import sys
+import time
 
-import monitoring
+import zabbix
 
 config = {"ZABBIX_URL": sys.argv[1], "ZABBIX_CA_FILE": sys.argv[2], "ZABBIX_USER": "carme-api",
           "ZABBIX_PASSWORD": sys.stdin.read().strip()}
-health = monitoring.from_config(config).get()
+health = zabbix.parse_hosts(zabbix.ZabbixSource(config).hosts(), time.time())
 out = {"error": health.error,
        "hosts": {n: {"values": {v.label: v.value for v in h.values}, "problems": [p.name for p in h.problems]}
                  for n, h in health.hosts.items()}}

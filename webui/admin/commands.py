@@ -1,4 +1,4 @@
-"""``flask --app webui <command>``: database migrations and account maintenance."""
+"""``flask --app webui <command>``: database migrations, account maintenance and the image catalogue."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from flask import Flask
 from flask import current_app
 from sqlalchemy import select
 
-from webui.auth.lockout import clear_failures
+from webui.auth.lockout import unlock as unlock_user
+from webui.auth.totp import reset_totp
 from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import ImageCatalog
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 # Alembic (and the SQL dialects it imports: about 10 MB per process) is imported by the commands that use it, never by
 # the portal's gunicorn workers, which only register these commands.
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 
 
 def _user_or_fail(username: str) -> User:
@@ -125,6 +126,13 @@ def _parse_image_entries(text: str) -> list[dict[str, Any]]:
 
 
 def register(app: Flask) -> None:
+    """The portal's commands: the schema, accounts, the image catalogue, a benchmark aid."""
+    _register_database(app)
+    _register_accounts(app)
+    _register_images(app)
+
+
+def _register_database(app: Flask) -> None:
     @app.cli.command("db-upgrade")
     @click.option("--revision", default="head", show_default=True)
     def db_upgrade(revision: str) -> None:
@@ -133,15 +141,19 @@ def register(app: Flask) -> None:
         changed = upgrade_database(revision)
         click.echo(f"database at {revision} ({'upgraded' if changed else 'unchanged'})")
 
+    @app.cli.command("scheduler-queries")
+    def scheduler_queries() -> None:
+        """Print how many slurmrestd queries this process issued (benchmark aid)."""
+        click.echo(str(current_app.extensions["carme_scheduler"].queries_issued()))
+
+
+def _register_accounts(app: Flask) -> None:
     @app.cli.command("totp-reset")
     @click.argument("username")
     def totp_reset(username: str) -> None:
         """Forget USERNAME's TOTP secret; they enrol again at next login."""
         user = _user_or_fail(username)
-        user.totp_secret = None
-        user.totp_confirmed = False
-        user.totp_last_step = 0  # steps of the old secret mean nothing for the new one
-        user.session_version += 1
+        reset_totp(user)
         db.session.add(AuditLog(actor="cli", action="totp.reset", target=username, details={}, time=utcnow()))
         db.session.commit()
         click.echo(f"TOTP reset for {username}")
@@ -151,18 +163,21 @@ def register(app: Flask) -> None:
     def unlock(username: str) -> None:
         """Clear USERNAME's failed-login counter and lock."""
         user = _user_or_fail(username)
-        user.failed_logins = 0
-        user.locked_until = None
-        clear_failures(username)
+        unlock_user(user)
         db.session.add(AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow()))
         db.session.commit()
         click.echo(f"unlocked {username}")
 
+
+def _register_images(app: Flask) -> None:
     @app.cli.command("image-ensure")
     @click.argument("name")
     @click.option("--image", required=True, help="container image, or environment name with --kind environment")
     @click.option(
-        "--kind", type=click.Choice(IMAGE_KINDS), default="image", show_default=True,
+        "--kind",
+        type=click.Choice(IMAGE_KINDS),
+        default="image",
+        show_default=True,
         help="container: built by `carme image build`, IMAGE is PATH@sha256:DIGEST, run with CONTAINER_RUNTIME",
     )
     @click.option("--app", "apps", multiple=True, required=True, help="allowed app (repeat)")
@@ -186,8 +201,3 @@ def register(app: Flask) -> None:
             db.session.commit()
         for name, outcome in outcomes:
             click.echo(f"image {name}: {outcome}")
-
-    @app.cli.command("scheduler-queries")
-    def scheduler_queries() -> None:
-        """Print how many slurmrestd queries this process issued (benchmark aid)."""
-        click.echo(str(current_app.extensions["carme_scheduler"].queries_issued()))

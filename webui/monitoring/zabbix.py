@@ -1,25 +1,20 @@
-"""Node health from Zabbix: one shared snapshot, refreshed with one API call per interval for every user.
+"""The portal's Zabbix client: ``host.get`` as the read-only API user (roles/zabbix_server), and its answer as
+:class:`Health` (each host's Carme items, GPUs and open problems).
 
-The portal logs in as the read-only API user (roles/zabbix_server) and asks ``host.get`` once per
-``ZABBIX_CACHE_SECONDS`` for every host with its Carme items and triggers. Requests read the snapshot; none of them
-talks to Zabbix. When Zabbix is down the snapshot keeps the last good values, flagged with the error (pages show a
-banner), and the failure is cached for the same interval, so an outage never turns into a storm of requests.
+Standard library and zabbix-utils only: Molecule's ``monitoring`` scenario runs this file on its own against a real
+Zabbix (molecule/monitoring/files/portal_health_check.py). The portal's shared snapshot is
+:mod:`webui.monitoring.health`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import ssl
-import threading
 import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 # Items the health page shows, in this order: key -> label.
 SHOWN_ITEMS = {
@@ -192,60 +187,3 @@ class ZabbixSource:
             self._api = None  # log in again next time (expired session, restarted server)
             raise
         return result
-
-
-class HealthCache:
-    """The :class:`Health` snapshot, refreshed at most once per ``ttl`` seconds per process, single-flight."""
-
-    def __init__(
-        self,
-        fetch: Callable[[], list[dict[str, Any]]] | None,
-        ttl: float,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-    ):
-        self._fetch = fetch
-        self.ttl = ttl
-        self._clock = clock
-        self._wall = wall
-        self._lock = threading.Lock()
-        self._state: Health | None = None
-        self._stamp = 0.0
-        self.refreshes = 0
-
-    def get(self) -> Health:
-        if self._fetch is None:
-            return Health(enabled=False)
-        with self._lock:  # single-flight: the others wait for this refresh instead of asking Zabbix themselves
-            if self._state is not None and self._clock() - self._stamp < self.ttl:
-                return self._state
-            try:
-                new = parse_hosts(self._fetch(), self._wall())
-            except Exception as exc:  # any failure (network, TLS, API, bad data) is an outage
-                log.warning("Zabbix refresh failed: %s", exc)
-                old = self._state or Health()
-                new = Health(hosts=old.hosts, fetched_at=old.fetched_at, error=_describe(exc))
-            self._state = new
-            self._stamp = self._clock()
-            self.refreshes += 1
-            return new
-
-
-def _describe(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text if len(text) <= 200 else text[:200] + "…"
-
-
-def from_config(config: Mapping[str, Any]) -> HealthCache:
-    """``ZABBIX_URL`` unset: monitoring is off (no health page content, no dashboard card)."""
-    ttl = float(config.get("ZABBIX_CACHE_SECONDS", 30))
-    if not config.get("ZABBIX_URL"):
-        return HealthCache(None, ttl)
-    return HealthCache(ZabbixSource(config).hosts, ttl)
-
-
-def node_health() -> Health:
-    from flask import current_app
-
-    cache: HealthCache = current_app.extensions["carme_monitoring"]
-    return cache.get()
