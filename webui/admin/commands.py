@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -34,6 +35,13 @@ def _user_or_fail(username: str) -> User:
     if user is None:
         raise click.ClickException(f"no such user: {username}")
     return user
+
+
+def _change_account(username: str, change: Callable[[User], None], action: str) -> None:
+    """Apply ``change`` to USERNAME's record and audit it as ``action`` by the CLI, in one transaction."""
+    change(_user_or_fail(username))
+    db.session.add(AuditLog(actor="cli", action=action, target=username, details={}, time=utcnow()))
+    db.session.commit()
 
 
 def alembic_config() -> Config:
@@ -152,20 +160,14 @@ def _register_accounts(app: Flask) -> None:
     @click.argument("username")
     def totp_reset(username: str) -> None:
         """Forget USERNAME's TOTP secret; they enrol again at next login."""
-        user = _user_or_fail(username)
-        reset_totp(user)
-        db.session.add(AuditLog(actor="cli", action="totp.reset", target=username, details={}, time=utcnow()))
-        db.session.commit()
+        _change_account(username, reset_totp, "totp.reset")
         click.echo(f"TOTP reset for {username}")
 
     @app.cli.command("unlock")
     @click.argument("username")
     def unlock(username: str) -> None:
         """Clear USERNAME's failed-login counter and lock."""
-        user = _user_or_fail(username)
-        unlock_user(user)
-        db.session.add(AuditLog(actor="cli", action="user.unlock", target=username, details={}, time=utcnow()))
-        db.session.commit()
+        _change_account(username, unlock_user, "user.unlock")
         click.echo(f"unlocked {username}")
 
 

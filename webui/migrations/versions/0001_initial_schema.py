@@ -17,6 +17,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _audit_catalogue_and_news()
+    _sessions_policies_and_users()
+
+
+def _audit_catalogue_and_news() -> None:
     op.create_table(
         "audit_log",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -52,6 +57,9 @@ def upgrade() -> None:
         sa.Column("published", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
+
+
+def _sessions_policies_and_users() -> None:
     op.create_table(
         "portal_session",
         sa.Column("id", sa.Integer(), nullable=False),
