@@ -102,9 +102,7 @@ def news() -> Any:
 
 @bp.route(f"/news/<{ROW_ID}:news_id>/delete", methods=["POST"])
 def news_delete(news_id: int) -> Response:
-    item = db.session.get(News, news_id)
-    if item is None:
-        abort(404)
+    item = db.get_or_404(News, news_id)
     audit("admin.news.delete", str(news_id), title=item.title)
     db.session.delete(item)
     db.session.commit()
@@ -149,9 +147,7 @@ def images() -> Any:
 
 @bp.route(f"/images/<{ROW_ID}:entry_id>/toggle", methods=["POST"])
 def image_toggle(entry_id: int) -> Response:
-    entry = db.session.get(ImageCatalog, entry_id)
-    if entry is None:
-        abort(404)
+    entry = db.get_or_404(ImageCatalog, entry_id)
     entry.enabled = not entry.enabled
     audit("admin.image.enable" if entry.enabled else "admin.image.disable", entry.name)
     db.session.commit()
@@ -193,9 +189,7 @@ def quota() -> Any:
 
 @bp.route(f"/quota/<{ROW_ID}:row_id>/delete", methods=["POST"])
 def quota_delete(row_id: int) -> Response:
-    row = db.session.get(QuotaPolicy, row_id)
-    if row is None:
-        abort(404)
+    row = db.get_or_404(QuotaPolicy, row_id)
     audit("admin.quota.delete", row.username or "(default)")
     db.session.delete(row)
     db.session.commit()
