@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Wall time of ``carme-prolog`` and ``carme-epilog`` per job (issue 5: goal <= 50 ms median and p95).
 
 Runs the real console scripts as subprocesses, the way slurmd does, with a realistic hook environment

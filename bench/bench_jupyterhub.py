@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The comparison row (issue 18): JupyterHub + batchspawner on the same demo cluster and app environment as Carme,
 spawn request to JupyterLab's HTTP 200 through JupyterHub's own proxy, against a bare JupyterLab started by sbatch.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Dashboard under load (issue 6: 200 concurrent users, goal p99 <= 150 ms, scheduler queries independent of users).
 
 Everything runs on 127.0.0.1 and stops by itself:

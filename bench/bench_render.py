@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Render time of the Slurm configuration against the number of nodes, 100 to 10,000 (issues 3 and 18).
 
 For each node count (default 100, 1,000, 3,000 and 10,000 compute nodes, always in 50 node groups, plus a head

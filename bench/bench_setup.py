@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Setup-time benchmark: node image build, demo nodes up, first and second site.yml run.
 
 Run from the repository root as root: `python bench/bench_setup.py [--rebuild-image] [--fresh-demo]`.

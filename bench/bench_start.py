@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Start latency, honestly (issues 6 and 18): a portal start against a floor that runs the same launcher and the
 same app, with each run's time split where it goes; then N users starting at once.
 

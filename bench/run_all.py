@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``make bench``: every benchmark on the demo (brought up first if it is not), bounded, then one results file.
 
 Runs, one after another (each bench writes its own ``bench/results/<name>.json`` and, where a curve says more than

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``carme``: the admin CLI (deploy the cluster, run the embedded demo).
 
 Exit codes: 0 success, 1 a playbook or command failed, 2 bad command line, 3 (`demo status`) not every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The embedded demo cluster: three podman containers (head, node1, node2) on this host."""
 
 from __future__ import annotations

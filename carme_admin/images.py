@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Session images: definitions in ``images/session/*.def`` (Apptainer definition files, the one source of truth
 per image), their checks, the derived catalogue ``images/session/catalog.json``, and ``carme image build``.
 

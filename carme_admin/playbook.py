@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Run one playbook of the project through ansible-runner (imported lazily: it is in the ``admin`` extra).
 
 Inputs go to ansible-runner as keyword arguments only, with ``suppress_env_files=True``: nothing is

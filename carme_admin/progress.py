@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Terminal progress for ansible-runner events: pure, fed one event dict at a time.
 
 ``ProgressPrinter.handle`` is given to ``ansible_runner.run(event_handler=...)``; tests feed it recorded

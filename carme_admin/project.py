@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Where the Carme project (playbooks, roles, ansible.cfg) lives."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Carme runtime: sessions, container runtimes, GPU isolation checks, GPU-hour reports and Slurm hooks.
 
 Runs on every node and inside every job, so it is stdlib-only and keeps imports lazy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``python -m carme_runtime``: the launcher (same as ``carme-launch``)."""
 
 import sys

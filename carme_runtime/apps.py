@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Declarative app specs (JupyterLab, code-server, TensorBoard, plus site additions).
 
 An app is a TOML file: ``name``, ``title``, ``argv`` (a list of templates), ``env`` (table of templates),

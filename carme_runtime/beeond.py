@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """BeeOND: a BeeGFS built for one job over its nodes' local disks.
 
 How a job asks for it: the Slurm node feature ``beeond`` (``beeond_feature``), which the site gives the nodes that

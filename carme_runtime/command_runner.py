@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The one place where external commands run.
 
 Every Slurm command (``scontrol``, ``squeue``, ``sacct``, ``sacctmgr``), ``nvidia-smi``, ``beeond`` and the

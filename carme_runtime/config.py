@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Node-side configuration of the runtime.
 
 Read from ``/etc/carme/runtime.json`` (path overridable with ``CARME_CONFIG``; rendered by the

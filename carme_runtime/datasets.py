@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Datasets in sessions: the admin declares them (inventory ``carme_datasets`` -> runtime.json ``datasets``, name ->
 path); every session finds them under ``~/datasets/<name>`` (a symbolic link) and ``$CARME_DATASETS_DIR``, and an
 Apptainer session gets each path bound read-only at the same place.

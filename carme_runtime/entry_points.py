@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Console scripts. Every entry point takes ``argv`` and ``env`` so tests call it directly.
 
 Imports are lazy: ``carme-prolog``/``carme-epilog`` run for every job and must finish in a few tens

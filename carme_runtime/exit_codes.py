@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Process exit codes of the console scripts (one place, like httpie's ``status.py``).
 
 Slurm hooks are special: ``carme-prolog`` and ``carme-epilog`` always return ``OK``, because slurmd drains the

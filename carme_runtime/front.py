@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The session front: a small secret-checking reverse proxy in front of every session app.
 
 ``carme-launch`` starts the app on ``127.0.0.1`` and this front on the node address (the ``host:port``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Per-peer connection limit of the session front (:mod:`carme_runtime.front`; issue #27, item 10c).
 
 Every user on the cluster can open TCP connections to any front port. A flood of idle connections from one peer

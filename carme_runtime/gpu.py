@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU facts and GPU isolation decisions (pure functions; file reads are separate and small).
 
 * :func:`parse_nvidia_smi` parses

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU-hour usage reports from ``sacct`` (``carme-quota report``).
 
 Limits are not set here: per-user limits, budgets and QOS are set by the slurm role's ``slurm_accounting`` module

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Slurm prolog and epilog logic (called by ``carme-prolog`` / ``carme-epilog``).
 
 Exit-code policy. slurmd drains the node when ``Prolog=`` exits non-zero (and requeues+holds a batch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Slurm hostlist syntax, both ways: ``gpu[01-03,07],cpu1`` <-> the host names.
 
 The one implementation for the runtime (``squeue --json`` node lists), the portal (slurmrestd node lists) and the

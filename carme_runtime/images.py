@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Image digests: what ``carme image build`` records in the portal's catalogue and ``carme-launch`` checks before
 it starts a session in the image.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The job as slurmd describes it to a prolog/epilog: :class:`JobContext` built from the environment.
 
 slurmd sets ``SLURM_JOB_ID``, ``SLURM_JOB_USER``, ``SLURM_JOB_UID``, ``SLURM_JOB_GPUS``,

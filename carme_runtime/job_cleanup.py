@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What the epilog cleans up after a Carme job on its node: the job's scratch path (removed without leaving the
 scratch root or following a link) and the user's leftover processes (killed only when the user has no other job on
 the node).

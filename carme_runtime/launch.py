@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``carme-launch``: runs inside the session job and starts the app.
 
 1. reads the job environment set by :mod:`carme_runtime.sessions` (``SLURM_JOB_ID``, ``CARME_APP``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What ``carme-launch`` decides before the app starts (:func:`plan_launch`, no side effects): the app, its argv
 wrapped in the session's runtime, its environment, and the secrets it may and may not see.
 

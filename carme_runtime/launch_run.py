@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``carme-launch`` once the plan is made (:func:`run_launch`): the session front on the node's address, the
 connection file, the app (argv, no shell), its readiness behind the front, the job comment, and SIGTERM/SIGINT
 forwarded to the app, whose exit code it returns."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A private network namespace for apps without authentication (``isolation = "netns"``).
 
 ``carme-launch`` runs ``unshare --user --map-root-user --net -- python -I -c <this module's main> ...`` (util-linux;

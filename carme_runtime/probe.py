@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """One HTTP GET to see whether an app answers: ``carme-launch``'s readiness probe, and the portal's check of a
 session (``webui/scheduler.py``). Over TCP, or over the Unix socket of an app that has no TCP port."""
 

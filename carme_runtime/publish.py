@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What ``carme-launch`` tells others about a session: the connection file for its user
 (``~/.carme/sessions/<jobid>.json``, 0600 in a 0700 directory, never the session secret) and the job comment for the
 portal (``scontrol update ... Comment=carme:v1;app=..;host=..;port=..;state=ready``; every user sees it in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``carme-quota report``: GPU-hours per user and account from ``sacct``."""
 
 from __future__ import annotations

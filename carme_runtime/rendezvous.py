@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Rendezvous variables of a session (multi-node sessions, issue 15): where the job's processes meet.
 
 A session asks Slurm for N nodes with one task per node; the app (JupyterLab, code-server) runs in the batch step,

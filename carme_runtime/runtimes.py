@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Container runtimes behind one interface.
 
 * :class:`ApptainerRuntime` (production default): ``apptainer exec --nv --contain --cleanenv

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Interactive sessions: validate a request and build the Slurm job (sbatch argv or slurmrestd payload).
 
 User input never reaches a shell and never changes the job script: the script is the constant

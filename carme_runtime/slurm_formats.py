@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Parsers for Slurm 22.05 command output, and the session comment format.
 
 pyslurm cannot be used (no PyPI build for Slurm 22.05), so the runtime reads ``--json`` and ``-P``

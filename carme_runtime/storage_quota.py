@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """BeeGFS user quotas: ``beegfs-ctl --getquota --uid <user> --csv`` and its output.
 
 The CSV (BeeGFS 7.4) has a header line ``name,id,size,hard,files,hard`` and one line per user: bytes used, byte

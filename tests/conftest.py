@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Shared fixtures for every test directory. Keep this file small: fixtures live in tests/fixtures/."""
 
 from __future__ import annotations

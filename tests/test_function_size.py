@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """No function over 60 lines in the benches, the test fixtures and the browser tests (issue 28)."""
 
 from __future__ import annotations

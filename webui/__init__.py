@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Carme web portal: LDAP + TOTP login, GPU sessions on Slurm, owner-checked proxy."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's in-process caches (one set per gunicorn worker; none is made before the fork but by create_app).
 
 * :class:`SnapshotCache`: one value (the scheduler's state, Slurm's reservations, Zabbix's health), fetched at most

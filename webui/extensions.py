@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Extension objects, created unbound and initialised in ``create_app``."""
 
 from __future__ import annotations

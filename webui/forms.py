@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Server-side form parsing: bad input is a 400 whose message names the field."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Database models. The schema is owned by Alembic (``webui/migrations``).
 
 Slurm is the source of truth for job state; ``PortalSession`` only records who

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Safe defaults for the portal. No secrets live here.
 
 Production values come from ``config.py`` in the instance folder (rendered by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Random tokens and their SHA-256 keys.
 
 What the portal hands out (login cookies, Connect tickets, browser bindings, calendar feed URLs, session secrets) is a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """One check-then-write decision per user at a time, across gunicorn's workers (security issue #27).
 
 A limit counted in one transaction and written in another lets concurrent requests all pass the same count: two

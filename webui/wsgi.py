@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """gunicorn entry point: ``gunicorn 'webui.wsgi:app'`` (config from the instance folder).
 
 roles/carme_webui runs it with ``--preload``: this module is imported once, in the master, and the workers are forked

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Argument parsing, project discovery, runner arguments and the demo helpers (no podman, no ansible run)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """`carme deploy` for real: ansible-runner runs a tiny playbook on localhost (ansible_connection=local)
 in a throw-away project directory with its own ansible.cfg, inventory and site.yml."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """images/session: every definition parses with spython and passes the pin and label rules; the derived
 catalogue images/session/catalog.json is in sync (regenerate: ``carme image catalog --write``)."""
 

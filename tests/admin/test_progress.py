@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """ProgressPrinter fed with ansible-runner events (recorded from a real run, plus role-task events)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A failed browser test leaves a screenshot of every open page next to the step screenshots."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Security issue #27, items 6, 7 and 10a, tried on the live demo as a user of the cluster would (adversarial).
 
 6. bob sends the same ``POST /reservations/request`` four times at the same moment (one connection each, with his

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Security issue #27, items 8, 9 and 10c, tried on the live demo's nodes as bob, a user of the cluster (adversarial).
 
 8. bob binds Unix sockets at ``/tmp/agent.sock`` and ``/tmp/agent.plugin.sock`` (Zabbix agent 2's old control and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Browser end-to-end test of sessions in a container image on the demo cluster (issue 13, acceptance).
 
 alice starts JupyterLab from the portal in the container image ``base`` (built by ``carme image build base

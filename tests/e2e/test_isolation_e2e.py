@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Users are walls apart in the browser too (issue 27, items 1 to 5 and 10b), on the live demo, as bob would try.
 
 A session has its own origin (``https://<job>-<tag>.apps.localhost:8444``, webui/sessions/app_origin.py). alice and bob

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Browser end-to-end test of monitoring in the portal on the demo cluster (issue 14, acceptance).
 
 carol (an admin) sees the health of head, node1 and node2 from Zabbix (the agents answer: the "Agent" value is there,

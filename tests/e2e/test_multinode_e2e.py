@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Browser end-to-end test of a multi-node session on the demo cluster (issue 15, acceptance).
 
 alice starts a 2-node JupyterLab session from the portal's start form (no GPUs: the demo's interactive QOS allows one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Browser end-to-end test of the portal on the demo cluster (issue 6, acceptance).
 
 Headless Debian chromium driven by Playwright against https://127.0.0.1:8443 (the demo head's nginx):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Security and failure behaviour of the portal on the live demo cluster (issue 6, acceptance).
 
 Against the deployed portal (nginx + gunicorn + MariaDB + slurmrestd + slapd, nothing stubbed):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Instant interactive access by preemption, on the live demo cluster (issue 15).
 
 Against the deployed demo (policy in inventories/demo/group_vars/all/slurm.yml: ``PreemptType=preempt/qos``,

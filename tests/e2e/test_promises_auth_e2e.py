@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Login and session promises of the portal on the live demo cluster (issue 11, adversarial).
 
 Against the deployed portal (nginx + gunicorn + MariaDB + slapd, nothing stubbed):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Limits Slurm enforces for every job on the live demo (issue 11): plain sbatch cannot get past them.
 
 Against the deployed demo (policy in inventories/demo/group_vars/all/slurm.yml: per user 2 GPUs and 4 running jobs

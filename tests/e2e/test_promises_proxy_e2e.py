@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The proxy reaches only the owner's app, on the live demo cluster (issue 11, adversarial).
 
 Against the deployed portal (nginx + gunicorn + MariaDB + slurmrestd, sessions started by ``carme-launch``):

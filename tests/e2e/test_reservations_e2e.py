@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reservations on the demo cluster in the browser (issue 16, acceptance).
 
 * alice requests 1 GPU for tomorrow 10:00-12:00 (UTC, the demo's RESERVATION_TIMEZONE); on the demo an

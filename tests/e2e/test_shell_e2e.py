@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A shell inside the job, in the browser (issue 15), on the demo.
 
 alice starts a JupyterLab session through the portal, connects (owner-checked proxy, session secret) and opens

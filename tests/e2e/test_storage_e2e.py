@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Storage on the demo (issue 17, acceptance), with ``carme_storage_backend: existing`` (the demo's /home is a podman
 volume shared by the three containers; playbooks/storage.yml checks it is mounted and creates the dataset):
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A foreign job passes through the Carme hooks untouched, on a real Slurm (``host_slurm``), issue 15's acceptance.
 
 A foreign job is a plain ``sbatch`` with no Carme marker (no ``carme:v1`` comment, no Carme feature asked for), as

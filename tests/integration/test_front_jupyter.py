@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The session front in front of a real Jupyter Server: REST and a kernel websocket pass with the key, nothing without.
 
 No Slurm needed: Jupyter from the cached test venv (``tests/fixtures/carmeenvs.py``) on 127.0.0.1, the front from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU isolation and accounting on a real Slurm started from the role's own templates (``host_slurm``).
 
 The node has 4 fake GPUs (/dev/nvidia0-3, major 195, no driver). Inside a job, the device cgroup decides what an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The host Slurm fixture's guards, without starting anything."""
 
 from __future__ import annotations

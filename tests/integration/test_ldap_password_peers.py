@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Security issue #27, item 9, against a real slapd: wrong passwords from any host must not lock anyone out.
 
 Before, the ldap_server role's ppolicy locked an account after 20 failed binds for 900 s, so any user on any node

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Limits Slurm enforces for every job, applied by the slurm role's ``slurm_accounting`` module (``host_slurm``).
 
 The policy is the demo's, scaled to this one-node cluster (2 CPUs or more, 4 fake GPUs): two QOS of our own with

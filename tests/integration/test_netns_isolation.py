@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Issue #11 on the host: an app without authentication, started by carme-launch as one user, is unreachable by another.
 
 Runs as root (to create two throwaway users and act as each); the launcher itself runs as the first user, with the

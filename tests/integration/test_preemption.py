@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Instant interactive access by preemption, against a real slurmctld and slurmdbd (``host_slurm``).
 
 The policy is the demo's (inventories/demo/group_vars/all/slurm.yml), scaled to this one-node cluster and applied by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal proxies only to the session's own front, on a real Slurm (``host_slurm``) with a real JupyterLab.
 
 alice's JupyterLab session is started by ``carme-launch`` (sbatch path, ``none`` runtime) and publishes its front.

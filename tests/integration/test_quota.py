@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The GPU-hour report of carme_runtime on a real Slurm with slurmdbd (``host_slurm``).
 
 ``carme-quota report --json`` gives dave exactly the GPU-hours that ``sacct`` gives for his two finished jobs with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reservations on the host Slurm 22.05 (issue 16), through the portal's own code (webui.reservations.slurm):
 
 * Slurm 22.05 refuses GPUs in a reservation's TRES, so the portal reserves whole nodes (``NodeCnt``);

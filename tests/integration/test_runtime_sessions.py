@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Interactive sessions and Slurm hooks of carme_runtime on a real Slurm (``host_slurm``), issue 5's acceptance.
 
 * A JupyterLab session with one GPU is submitted with the runtime's sbatch argv and environment

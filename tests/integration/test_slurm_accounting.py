@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The ``slurm_accounting`` module (roles/slurm) against a real slurmdbd (``host_slurm``).
 
 Its users' ``admin_level`` is what lets the portal's Slurm identity stop any session for a portal admin: the test

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's Slurm tokens against the real thing (``host_slurm``): slurmctld's ``scontrol token`` and slurmrestd.
 
 * A token minted by ``scontrol token`` decodes with the cluster's key as Slurm checks them

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``ssh node`` through the slurm_ssh_adopt role's PAM stack, against the real host Slurm (``host_slurm``).
 
 A private sshd (OpenSSH 9.2 from Debian 12) listens on 127.0.0.1 on a free port, started as

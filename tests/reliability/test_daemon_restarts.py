@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reliability on the live demo (issue 18): every daemon of the head restarted under a logged-in user.
 
 alice is logged in (browser context, portal cookie) with a running JupyterLab session she has connected to (apps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fuzzing the running demo portal (issue 18): nginx, gunicorn, the real slurmrestd and MariaDB behind the forms.
 
 The same idea as tests/webui/test_fuzz.py, against https://127.0.0.1:8443: alice logs in (password and a fresh TOTP

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """An interrupted ``site.yml`` run, then drift, then a re-run, on the live demo (issue 18).
 
 The sysadmin's ``carme deploy`` (site.yml on the demo's inventory) dies ``INTERRUPT_AFTER_S`` seconds in: its whole

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A lost node on the live demo (issue 18): alice's session's node is killed outright while she watches.
 
 alice has a running JupyterLab session on one node (the others drained while it starts). Her node's container is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """slurmd stopped on the node of alice's running session, on the live demo (issue 18).
 
 alice has a ready JupyterLab session on ``NODE`` and has connected to it (apps cookie). slurmd is stopped on that node

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Render the slurm role's configuration files for an inventory, through real ansible, without a cluster; run a role's
 module on localhost.
 

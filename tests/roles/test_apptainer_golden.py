@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden-file test: the apptainer role's ``apptainer.conf`` for the example inventory (a real site's).
 
 Rendered through real ansible (tests/roles/render_apptainer.yml) and compared byte for byte with

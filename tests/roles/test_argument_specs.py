@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Style B3: every role's defaults/main.yml keys equal the options of its main argument spec."""
 
 from __future__ import annotations

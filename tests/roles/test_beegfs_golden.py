@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden-file tests: every BeeGFS configuration file the example inventory renders (each server's services, the
 client's files), through real ansible (tests/roles/render_beegfs.yml, a fixed test secret), compared byte for byte
 with tests/roles/golden/example/beegfs/<host>/. Regenerate after an intended change with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The Slurm role's GPU fact module (nvidia-smi -> facts) and gres.conf rendered from those facts.
 
 nvidia-smi is not obtainable here: tests/fixtures/bin/nvidia-smi is a named stand-in that prints the exact CSV

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The runtime.json each inventory renders (carme_runtime_config, with the datasets and BeeOND keys wired from the
 storage settings) is one the runtime accepts: carme_runtime rejects unknown keys and bad values, and a rejected file
 makes every prolog skip its checks."""

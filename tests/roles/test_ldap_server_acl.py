@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The ldap_server role's ACLs and password policy (security issue #27, item 9), rendered without slapd.
 
 ``tests/roles/render_ldap_server.yml`` runs the role's ``render`` tasks, which write what ``config.yml`` sets (the

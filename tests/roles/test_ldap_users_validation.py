@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Invalid user/group declarations fail before anything is written, naming the entry (issue 4).
 
 Runs the ldap_users module through real Ansible in its validate-only mode (the role's assert step).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The preflight play (playbooks/preflight.yml): every node must resolve every other node by its inventory name.
 
 Run for real with a local connection on this host: names that resolve here pass; a name that resolves nowhere fails

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The node's venv holds no admin code: the wheel roles/carme_runtime builds and installs carries carme_runtime only.
 The portal's wheel (roles/carme_webui) carries webui and carme_runtime, no admin CLI either. No wheel declares a
 console script whose module it lacks.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Files that hold a secret are never shown in a diff: `carme deploy --diff` (or --check --diff) records diffs in its
 run artifacts, so every task that writes such a file says `diff: false`.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Walltime values in the ``slurm_accounting`` module compare as Slurm stores them (minutes, seconds rounded up)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """slurm_manage_config: false: the check that the site's slurm.conf runs Carme's hooks (filter slurm_include_errors),
 and the role's tasks/defaults for that mode. The mode itself runs in molecule/slurm_external."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden-file tests: the slurm role's rendered configuration for the demo and example inventories.
 
 The files are rendered through real ansible (tests/roles/render.yml, fixed test secrets) and compared byte for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The preemption policy of the slurm role: the checks on ``slurm_qos`` (``filter_plugins/slurm_filters.py``) and
 how the ``slurm_accounting`` module compares the QOS preemption fields with what sacctmgr prints back.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden files: the slurm_ssh_adopt role's PAM files for the example inventory, and its Slurm checks.
 
 Rendered through real ansible (tests/roles/render_ssh_adopt.yml) with ``slurm_ssh_adopt_admin_groups:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/storage.yml run for real on this host with a local connection.
 
 With ``carme_storage_backend: beegfs`` the play runs in ``--check`` mode (read-only): BeeGFS packages are not in Debian

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The validation play (playbooks/validate.yml) rejects malformed Slurm node groups and names the variable.
 
 Each test copies the demo inventory (hosts.yml and group_vars) into tmp_path, breaks one thing, and runs the real

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden files: the carme_webui role's systemd units for the demo inventory.
 
 Rendered through real ansible (tests/roles/render_webui.yml, the role's ``render`` tasks) and compared byte for byte

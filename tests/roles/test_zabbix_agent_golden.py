@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Golden files: the zabbix_agent role's agent configuration, UserParameters and systemd drop-in (demo inventory).
 
 Rendered through real ansible (tests/roles/render_zabbix_agent.yml, the role's ``render`` tasks) and compared byte for

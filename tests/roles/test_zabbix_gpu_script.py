@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The Zabbix agent's GPU check (roles/zabbix_agent/files/carme-zabbix-gpu): one nvidia-smi call, JSON for all GPUs.
 
 nvidia-smi is not obtainable here: tests/fixtures/bin/nvidia-smi is a named stand-in that prints the CSV a driver

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Shared fixtures for the runtime unit tests (no root, no daemons, only 127.0.0.1)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Session submission with ``sbatch`` for the tests: the runtime builds the argv and the job environment
 (:func:`carme_runtime.sessions.build_sbatch_argv`, :func:`~carme_runtime.sessions.build_job_environment`); this
 runs them the way a submitter must (the constant script on stdin, the secret only in sbatch's environment).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """BeeOND per job: command lines and the multi-node orchestration of the prolog and epilog, run against the stand-in
 ``tests/fixtures/bin/beeond`` (the real one is not obtainable here). Each node of a three-node job gets its own state
 directory and runs the hooks itself; the stand-in keeps which BeeOND mounts each node has."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Charliecloud (``ch-run`` 0.31) command lines and environment; ``test_charliecloud_real.py`` runs them."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The Charliecloud runtime for real: ``ch-run`` 0.31 from Debian in a throwaway container of the test-bed node
 image, run as an unprivileged user with the argv and environment :class:`CharliecloudRuntime` builds.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Datasets in sessions: ~/datasets/<name> links, $CARME_DATASETS_DIR, read-only binds for Apptainer."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The session front: real sockets on 127.0.0.1 (and 127.0.0.2 as another peer), a real app behind it."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The front's per-peer count of connections without the key (carme_runtime.front_peers), without sockets."""
 
 from __future__ import annotations

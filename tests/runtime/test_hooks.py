@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Prolog/epilog: never drain a node for a user's mistake; scratch removal never leaves the root."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The prolog/epilog stay lean (issue 18): what they import, and the stdlib code they replace to stay so.
 
 No timing here: the guard is the set of modules a normal prolog and epilog import, checked in a fresh interpreter.

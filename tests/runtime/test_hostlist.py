@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """carme_runtime.hostlist: the one hostlist expander and compressor (runtime, portal and the slurm role's filter)."""
 
 from __future__ import annotations

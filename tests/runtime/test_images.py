@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Image digests (carme_runtime.images) and carme-launch's check of the image before a container session."""
 
 from __future__ import annotations

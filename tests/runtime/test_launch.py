@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """carme-launch: secret handling, connection file, readiness probe, publication. Only 127.0.0.1."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """carme-launch and the session secret S (issue #27, item 5): the app gets only the app secret (front.app_secret);
 S stays with the launcher and the front, and the front adds the app's token itself. Only 127.0.0.x."""
 

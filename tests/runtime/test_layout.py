@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The layout rules of carme_runtime and carme_admin (issue 28): no module over 400 lines, no function over 60 lines,
 and carme_runtime imports nothing outside the standard library (it runs in every Slurm hook and job, installed
 with no dependencies: ``dependencies = []`` in pyproject.toml)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``isolation = "netns"``: the pure parts (spec validation, argv, plan) and the Unix-socket paths, with real sockets.
 
 The namespace itself (real ``unshare``, other uids) is tested as root in tests/integration/test_netns_isolation.py.

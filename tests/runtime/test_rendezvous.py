@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The rendezvous variables of a (multi-node) session, and that carme-launch gives them to the app."""
 
 from __future__ import annotations

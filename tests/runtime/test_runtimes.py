@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Command lines checked against the documented Apptainer CLI (Apptainer is not installable here)."""
 
 from __future__ import annotations

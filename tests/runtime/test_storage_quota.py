@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """BeeGFS quotas: the getquota command line and its CSV, read through the stand-in tests/fixtures/bin/beegfs-ctl."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fixtures for portal tests (flaskr style): app, client, runner, login helpers, fake scheduler.
 
 LDAP tests use a real slapd (``tests/fixtures/slapd.py``). Slurm-facing code is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Admin pages: 403 for others, audit trail, user text stored and shown literally."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """An origin per session (webui/sessions/app_origin.py): bound Connect tickets, apps cookies, proxy-auth, fetch
 metadata."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Login against a real slapd: password, TOTP enrolment, replay refusal, lockout, roles."""
 
 from __future__ import annotations

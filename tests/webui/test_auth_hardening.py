@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Login hardening (issue 11): local-only ``next``, server-side logins (logout revokes, admin flag rechecked in LDAP),
 failed attempts keyed on (user, client address) plus a per-user limit, ended sessions lose their secret.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU-hour usage from Slurm's accounting and the budget check of ``start_session`` (issue 11).
 
 * ``SlurmClient.account_jobs`` sends a query slurmrestd 22.05.8 accepts (no ``users=``, no epoch ``start_time``) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """CLI commands the deployment role relies on: their output says whether anything changed."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Limits that concurrent requests must not slip past (security issue #27, items 6 and 7).
 
 Real concurrency: threads post at once, each through its own test client and so its own database connection, against

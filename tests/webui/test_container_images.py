@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Container images (kind "container", built by `carme image build`) in the start form and in sessions."""
 
 from __future__ import annotations

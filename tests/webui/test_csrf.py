@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """CSRF protection stays on: a POST without the token is a 400 (pages and API)."""
 
 from __future__ import annotations

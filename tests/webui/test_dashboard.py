@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The dashboard's caches: what is computed once per scheduler snapshot, what is kept per worker, what never is."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's database (MariaDB) stopped or broken: a 503 with a clear message and a banner, never a 500.
 
 Two ways to lose the database: an app whose MariaDB does not answer at all (pymysql to a closed 127.0.0.1 port,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """create_app: configuration refusals, security headers, cookie flags, migrations."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Fuzzing the portal's forms, query strings and JSON API with Hypothesis (issue 18).
 
 Every form and JSON endpoint a visitor, a logged-in user and an administrator can reach gets generated input: shell

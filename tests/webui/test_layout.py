@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's layout (issue 28): one package per feature, a small core, no circle, small modules and functions.
 
 The import graph is read from the source with ``ast`` (every ``import webui...`` and ``from webui... import``, also

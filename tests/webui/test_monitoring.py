@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Node health from Zabbix in the portal: the admin page, the user's GPU card, the shared cache, Zabbix down.
 
 Against tests/fixtures/zabbix_standin.py, a stand-in for the Zabbix 6.0 API (the real one runs in the Molecule

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Multi-node sessions (issue 15): the start form's node count, its limits, and what reaches Slurm."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A waiting session says why, in words: Slurm's pending reason on the dashboard and in the API."""
 
 from __future__ import annotations

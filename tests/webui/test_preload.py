@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal under a preloading, forking server (gunicorn --preload, roles/carme_webui): create_app() and
 prepare_for_fork() leave nothing that two processes may not share, and a forked worker gets database pools of its own.
 """

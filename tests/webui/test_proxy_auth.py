@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nginx auth_request endpoint: only the owner of a running, ready session gets through."""
 
 from __future__ import annotations

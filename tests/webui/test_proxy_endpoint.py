@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The proxy reaches only the session's own front (real fronts on 127.0.0.1, the production verifier).
 
 Bob can rewrite his job comment (``scontrol update JobId=.. Comment=..``): whatever host and port it names, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The reservation policy (issue 16), pure: hard limits are refused naming the field, the budget decides between
 approval and an administrator, overlaps with the user's own reservations are refused, a month's end splits."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The Reservations pages (issue 16) against an in-memory Slurm (conftest.FakeReservations): request, policy,
 admin decision with audit, Slurm's refusal shown escaped, calendar visibility, sessions inside a reservation,
 reserved GPU-hours on the quota card and the iCalendar feed parsed back with ``icalendar``.

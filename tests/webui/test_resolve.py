@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A job publishes the address its app bound to; the portal accepts it only for the job's own nodes."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Start/stop/connect: server-side limits, ownership, Slurm as source of truth."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """slurmrestd client: JWT minting, error mapping, the shared cache, and the outage banner.
 
 Real conditions only: a closed 127.0.0.1 port for "slurmctld/slurmrestd down", and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A starting session: its owner sees Connect soon after the app is ready, without the page's 15 s refresh.
 
 While a session runs and its app is not yet ready, the portal shows it from a state at most

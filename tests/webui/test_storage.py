@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Storage in the portal: declared datasets in the start form, the storage quota beside GPU-hours."""
 
 from __future__ import annotations

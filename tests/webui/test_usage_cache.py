@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU-hours from Slurm's accounting without a query per user (issue: dashboard p99 at 200 users).
 
 * one ``slurmdb/jobs?account=`` per account (and one ``slurmdb/associations``) whatever the number of users, asked as

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """``flask --app webui <command>``: database migrations, account maintenance and the image catalogue."""
 
 from __future__ import annotations

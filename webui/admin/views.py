@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Administration: all sessions, node health, news, image catalogue, quota policy, users, audit log. The ``admin``
 blueprint (``/admin``).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """JSON API and the nginx ``auth_request`` endpoint.
 
 Authentication is the portal session cookie. State-changing calls (POST,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Login: LDAP password, then TOTP; who is logged in, what they may see, failed attempts, and the audit log.
 
 * :mod:`webui.auth.views`: the ``auth`` blueprint (``/auth/login``, ``/auth/totp``, ``/auth/logout``);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Who may see a view: logged-in users, administrators."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The audit log: who did what, written in the transaction of what it records."""
 
 from __future__ import annotations

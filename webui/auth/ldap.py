@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """LDAP (ldap3): the user's simple bind at login, and their groups (roles) read again without their password."""
 
 from __future__ import annotations

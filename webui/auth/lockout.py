@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Failed login attempts: a lock per user and address, a limit per user, a growing backoff.
 
 Why these numbers (settings.py has the defaults):

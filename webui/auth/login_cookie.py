@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's login cookie (``__Host-carme_session``): Flask's signed-cookie session, which carries the login token
 (:mod:`webui.auth.logins`) and the CSRF token, re-signed only when it changed or when its cookie is getting old.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Who is logged in: the server-side login behind the portal cookie, and the user it names.
 
 The signed cookie (:mod:`webui.auth.login_cookie`) holds only ``login``: a random token. The row keyed by its SHA-256

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """TOTP (pyotp): enrolment with a QR code (segno), and codes that work once."""
 
 from __future__ import annotations

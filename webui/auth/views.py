@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Login: LDAP password, then TOTP (enrolment at first login); logout. The ``auth`` blueprint (``/auth``)."""
 
 from __future__ import annotations

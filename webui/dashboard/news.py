@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The news on the dashboard (administrators write them: ``/admin/news``)."""
 
 from __future__ import annotations

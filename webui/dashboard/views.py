@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The landing page: my sessions, cluster GPU usage, my quota, news. The ``dashboard`` blueprint (``/``)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Alembic environment for the portal schema.
 
 Run through ``flask --app webui db-upgrade`` (the app hands over its

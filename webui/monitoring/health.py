@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Node health for the pages: one shared Zabbix snapshot per worker, refreshed with one API call per interval for
 every user.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's Zabbix client: ``host.get`` as the read-only API user (roles/zabbix_server), and its answer as
 :class:`Health` (each host's Carme items, GPUs and open problems).
 

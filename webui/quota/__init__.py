@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU quota: each user's policy (their own row, the default row, the settings) and their GPU-hours this month.
 
 Decisions (a session's start, a reservation's budget) read both fresh: :func:`webui.quota.policy.effective_policy`,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A user's quota policy: their own row, else the default row, else the settings (``QUOTA_DEFAULT_*``)."""
 
 from __future__ import annotations

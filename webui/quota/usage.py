@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU-hours used this month (Slurm's accounting, through the scheduler), for decisions and for display."""
 
 from __future__ import annotations

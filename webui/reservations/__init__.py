@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """GPU reservations (issue 16): requests, decisions, Slurm reservations and the calendar.
 
 * :mod:`webui.reservations.views`: the ``reservations`` blueprint (``/reservations``, the admin's decisions, the feed);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The reservations calendar (issue 16): the week and month grids of the Reservations page, and each user's
 iCalendar feed (RFC 5545, written by ``icalendar``) behind a URL whose token only the user has."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What the portal allows a user to reserve (issue 16). Pure: no Flask, no database, no Slurm.
 
 A request names GPUs, nodes and a time window. :func:`decide` says whether it is refused outright (a 400 naming the

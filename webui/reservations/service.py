@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reservation requests and their decisions (issue 16): the glue between the form, the policy
 (:mod:`webui.reservations.policy`), the portal's table of requests and Slurm (:mod:`webui.reservations.slurm`)."""
 

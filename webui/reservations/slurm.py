@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Slurm reservations: read through slurmrestd, created and deleted with ``scontrol`` (issue 16).
 
 Slurm is the source of truth: the calendar shows what ``GET /slurm/v0.0.38/reservations`` returns (cached like the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The Reservations page (week and month calendar, request form, feed link), the admin's decisions, and the
 per-user iCalendar feed (issue 16): the ``reservations`` blueprint (``/reservations``)."""
 

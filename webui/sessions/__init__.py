@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Interactive sessions: the start form and its limits, start and stop, what the dashboard shows of each session,
 and the owner-checked proxy to its app (each session on an origin of its own).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """An origin per session: each session's app is served from a host of its own, never from the portal's.
 
 A page or a notebook output in a user's app is the user's code (or, if she opened someone else's page there, theirs).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What a session may be started with: the enabled images, the apps they allow, and the start form's limits."""
 
 from __future__ import annotations

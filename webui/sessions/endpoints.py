@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A session's front: the endpoint its job publishes (the job comment, ``carme-launch``), checked and then proven.
 
 The comment is user-editable (``scontrol update``): the portal probes only a host the job runs on and a port of the

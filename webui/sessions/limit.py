@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The per-user session limit under concurrent starts (security issue #27, item 7).
 
 A start counts the user's sessions, submits the job to Slurm and records it. Counted in one request and recorded in

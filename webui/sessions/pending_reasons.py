@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Why a session waits, in words: Slurm's pending reason (``squeue %r``, slurmrestd's ``state_reason``) for the
 dashboard and the API. A reason Slurm adds details to (``ReqNodeNotAvail, UnavailableNodes:node1``) is looked up by
 its first part; an unknown one is shown as Slurm gives it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """nginx's ``auth_request`` decision for ``/proxy/<job>/``: who may reach a session's app, and where it is.
 
 The owner (and, with ``PROXY_ADMIN_ACCESS``, an admin) reaches the session's proven front (:mod:`webui.sessions.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's rows of its sessions (``PortalSession``: owner, app, secret) and what they count."""
 
 from __future__ import annotations

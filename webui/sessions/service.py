@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Starting and stopping sessions, shared by the HTML pages and the JSON API.
 
 A start checks everything on the server (image, app, partition, reservation, size, the user's session limit and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What the dashboard, the admin page and ``/api/sessions`` show of a session: Slurm's state of its job, why it waits
 or failed, whether its app is ready (Connect), and when it ends. A session whose job ended is recorded as ended."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Storage in the portal: the admin-declared datasets (start form) and the user's storage quota (dashboard).
 
 Both come from config.py (the carme_webui role renders ``carme_webui_settings``): ``DATASETS``, a list of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Start, stop and connect to interactive sessions: the ``sessions`` blueprint (``/sessions``)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """A small slurmrestd (OpenAPI v0.0.38) client on urllib. Each call names the Slurm user it acts as, and carries that
 user's token (:mod:`webui.slurm.jwt_tokens`): no shell, no root.
 """

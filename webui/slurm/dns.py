@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Node names to IP addresses, cached (a proxied request must not cost a DNS lookup each)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What goes wrong with Slurm, as the portal tells its users."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Slurm JWTs for slurmrestd: per-user HS256 tokens minted (PyJWT) from Slurm's own ``jwt_key``.
 
 The portal mints a short-lived token per user from the key (``AuthAltParameters=jwt_key=...``), so every request

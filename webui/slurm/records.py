@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """slurmrestd v0.0.38 records (jobs, nodes, partitions) to :mod:`webui.slurm.state` objects."""
 
 from __future__ import annotations

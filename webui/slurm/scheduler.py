@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's only door to the scheduler.
 
 Features talk to a :class:`Scheduler` (:func:`current_scheduler`); production uses :class:`SlurmScheduler`

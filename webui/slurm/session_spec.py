@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What a session start asks for, and its checked translation (``carme_runtime``) into a slurmrestd submit body.
 
 App specs come from ``carme_runtime`` too (built-in and site ``*.toml``), re-read at most once a minute.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's picture of the cluster: jobs, nodes, partitions and one shared snapshot of them."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The portal's Zabbix client (webui/monitoring/zabbix.py, copied next to this file) against this scenario's Zabbix.
 
 Run on the head with the zabbix-utils virtualenv's Python while slurmd is stopped on node1. Prints the snapshot as

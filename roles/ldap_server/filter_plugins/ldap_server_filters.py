@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Filters of the ldap_server role."""
 
 from __future__ import annotations

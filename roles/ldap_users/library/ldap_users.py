@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Declare POSIX users and groups in an LDAP directory (ldap3, StartTLS with a CA).
 
 The whole declaration is validated before the first write: an invalid entry fails the task, naming the entry,

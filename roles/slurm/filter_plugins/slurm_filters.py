@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Jinja2 filters for the slurm role: hostlist compression and config dictionary rendering.
 
 ``slurm_hostlist`` is carme_runtime's ``compress_hostlist`` (carme_runtime/hostlist.py), reached through the role's

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Apply Slurm accounting objects (cluster, QOS, accounts, users) declaratively with sacctmgr.
 
 Every sacctmgr call is an argv list: no value from the inventory ever reaches a shell.

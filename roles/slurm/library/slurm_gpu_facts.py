@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Read the GPUs of a node with nvidia-smi (no NVML build of Slurm needed).
 
 Parsing lives in carme_runtime.gpu (shipped to the node as module_utils/carme_gpu.py), the same code that

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-# Copyright: Carme developers. Apache-2.0.
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Ansible module: make a Zabbix server match the inventory, through its API with zabbix-utils."""
 
 from __future__ import annotations

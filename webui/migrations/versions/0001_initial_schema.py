@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Initial schema: users, sessions, news, image catalogue, quota policy, audit log.
 
 Revision ID: 0001

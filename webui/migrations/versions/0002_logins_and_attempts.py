@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Server-side logins, login attempts per client address; ended sessions lose their secret.
 
 Revision ID: 0002

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """One-time tickets from the portal's Connect link to the apps' own origin.
 
 Revision ID: 0003

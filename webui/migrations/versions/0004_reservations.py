@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reservation requests and decisions, iCalendar feed tokens, the reservation a session runs in (issue 16).
 
 Revision ID: 0004

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Session starts in flight, counted against the session limit (security issue #27).
 
 Revision ID: 0005
