@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
 #: job states of a job that has not finished: waiting for (or requeued to wait for) resources, or holding them
 UNFINISHED_STATES = ACTIVE_STATES | {"PENDING", "REQUEUED"}
+#: job states after which a job never runs again (squeue(1), "JOB STATE CODES"); a state in neither set (a hold Slurm
+#: adds later, say) is neither unfinished nor ended
+ENDED_STATES = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+)
 
 
 class SlurmParseError(ValueError):

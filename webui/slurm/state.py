@@ -9,26 +9,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from carme_runtime.slurm_formats import ENDED_STATES
 from carme_runtime.slurm_formats import UNFINISHED_STATES
 from carme_runtime.slurm_formats import parse_comment
 from webui.slurm.dns import resolve_addresses
-
-#: Slurm's job states after which a job never runs again (squeue(1), "JOB STATE CODES"). The states of a job that is
-#: not over yet are carme_runtime's (:data:`~carme_runtime.slurm_formats.UNFINISHED_STATES`); a state in neither set
-#: (a hold Slurm adds later, say) is neither active nor ended.
-ENDED_STATES = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-)
 
 
 @dataclass(frozen=True)
