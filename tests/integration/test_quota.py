@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from carme_runtime import gpu_hours
+from carme_runtime.slurm_formats import ENDED_STATES
 from carme_runtime.slurm_formats import gpu_count_from_tres
 from carme_runtime.slurm_formats import parse_tres
-from tests.fixtures.hostslurm import TERMINAL_STATES
 from tests.fixtures.hostslurm import HostSlurm
 from tests.fixtures.hostslurm import HostSlurmError
 
@@ -47,7 +47,7 @@ def user_rows_once_recorded(cluster: HostSlurm, jobs: list[int], start: str, tim
     deadline = time.monotonic() + timeout
     while True:
         rows = [line.split("|") for line in cluster.run(argv).stdout.splitlines() if line]
-        finished = {int(r[0]) for r in rows if r[3].split(" ")[0] in TERMINAL_STATES}
+        finished = {int(r[0]) for r in rows if r[3].split(" ")[0] in ENDED_STATES}
         if finished >= set(jobs):
             return rows
         if time.monotonic() >= deadline:

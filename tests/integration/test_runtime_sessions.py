@@ -41,11 +41,11 @@ from carme_runtime.front import front_headers
 from carme_runtime.sessions import REST_SUBMIT_PATH
 from carme_runtime.sessions import SessionRequest
 from carme_runtime.sessions import build_rest_payload
+from carme_runtime.slurm_formats import ENDED_STATES
 from carme_runtime.slurm_formats import parse_comment
 from tests.fixtures.carmeenvs import ensure_jupyter_env
 from tests.fixtures.carmeenvs import ensure_runtime_env
 from tests.fixtures.carmeenvs import launch_on_path
-from tests.fixtures.hostslurm import TERMINAL_STATES
 from tests.fixtures.hostslurm import HostSlurm
 from tests.runtime.sbatch_submit import submit_with_sbatch
 
@@ -122,7 +122,7 @@ def wait_ready(cluster: HostSlurm, job_id: int, output: Path) -> dict[str, str]:
         parsed = parse_comment(fields.get("Comment", ""))
         if parsed and parsed.get("state") in ("ready", "failed"):
             break
-        if fields.get("JobState") in TERMINAL_STATES:
+        if fields.get("JobState") in ENDED_STATES:
             break
         time.sleep(0.5)
     log = output.read_text(errors="replace") if output.exists() else "(no output file)"
