@@ -38,7 +38,8 @@ from tests.fixtures.reliability import session_view
 
 pytestmark = pytest.mark.e2e
 
-NOTICED_S = 150.0  # one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room
+# one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room (151 s seen on a loaded CI machine)
+NOTICED_S = 180.0
 BACK_S = 60.0
 
 
