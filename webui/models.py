@@ -76,6 +76,8 @@ class User(Base):
     last_login_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     # Bumped on TOTP reset: every login made before is void.
     session_version: Mapped[int] = mapped_column(Integer, default=1, nullable=False)
+    # The start form's last choice (profile name and advanced fields), so Start session -> Start repeats it (issue 30).
+    last_start: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Login(Base):
@@ -139,6 +141,17 @@ class PortalSession(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     reservation: Mapped[str | None] = mapped_column(String(100))  # the Slurm reservation it runs in, if any
+    # Issue 30: what the session was started with and how it ended, for the history page and the dashboard's notices.
+    profile: Mapped[str | None] = mapped_column(String(64))  # the session profile's name, if started from one
+    cpus: Mapped[int | None] = mapped_column(Integer)
+    mem_mb: Mapped[int | None] = mapped_column(Integer)
+    log_path: Mapped[str | None] = mapped_column(String(512))  # the job's standard output file on the shared storage
+    # why it ended: "user" (stopped by its owner), "admin" (stopped by an admin), "time_limit", "node_failure",
+    # "failed", "image_refused", "completed", "cancelled" (in Slurm, by someone else), "unknown"
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+    stopped_by: Mapped[str | None] = mapped_column(String(64))  # the admin's user name when end_reason is "admin"
+    stop_note: Mapped[str] = mapped_column(Text, default="", nullable=False)  # the admin's note to the owner
+    end_seen: Mapped[bool] = mapped_column(Boolean, default=False, nullable=False)  # the owner dismissed the notice
 
 
 class SessionStart(Base):
@@ -179,6 +192,28 @@ class ImageCatalog(Base):
     # Names of apps (carme_runtime AppSpec keys) allowed with this image.
     allowed_apps: Mapped[list[str]] = mapped_column(JSON, default=list, nullable=False)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
+
+
+class SessionProfile(Base):
+    """A named start-form preset an admin defines (issue 30): app + image + resources + description. The profile
+    with the lowest ``position`` is the start form's default for a user with no last choice."""
+
+    __tablename__ = "session_profile"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    title: Mapped[str] = mapped_column(String(200), nullable=False)  # e.g. "JupyterLab · PyTorch 2.6 · 1 GPU"
+    description: Mapped[str] = mapped_column(Text, default="", nullable=False)
+    app: Mapped[str] = mapped_column(String(64), nullable=False)
+    image: Mapped[str] = mapped_column(String(64), nullable=False)  # an ImageCatalog name
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    cpus: Mapped[int | None] = mapped_column(Integer)  # None: the portal's default
+    mem_mb: Mapped[int | None] = mapped_column(Integer)
+    time_minutes: Mapped[int] = mapped_column(Integer, nullable=False, default=60)
+    position: Mapped[int] = mapped_column(Integer, nullable=False, default=100)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
+    # "inventory" (synced by the role; the inventory owns it) or "portal" (made on the admin page)
+    source: Mapped[str] = mapped_column(String(16), nullable=False, default="portal")
 
 
 class QuotaPolicy(Base):
@@ -253,6 +288,7 @@ __all__ = [
     "PortalSession",
     "QuotaPolicy",
     "ReservationRequest",
+    "SessionProfile",
     "SessionStart",
     "User",
 ]
