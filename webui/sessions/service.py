@@ -211,8 +211,9 @@ def _commit_or_cancel(job_id: int, username: str) -> None:
         raise
 
 
-def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
-    """Owner stops as themself; an admin stops anyone's as the Slurm admin identity."""
+def stop_session(user: CurrentUser, job_id: int, note: str = "") -> PortalSession:
+    """Owner stops as themself; an admin stops anyone's as the Slurm admin identity, with an optional ``note`` to the
+    owner (shown on the owner's dashboard and in the history)."""
     record = get_portal_session(job_id)
     if record is None:
         abort(404, description="No such session.")
@@ -238,7 +239,12 @@ def stop_session(user: CurrentUser, job_id: int) -> PortalSession:
             raise
     record.ended_at = utcnow()
     record.secret = ""  # an ended session's secret is of no use to anyone: do not keep it
-    action = "session.stop" if record.owner == user.username else "admin.session.stop"
-    audit(action, str(job_id), owner=record.owner)
+    by_owner = record.owner == user.username
+    record.end_reason = "user" if by_owner else "admin"
+    if not by_owner:
+        record.stopped_by = user.username
+        record.stop_note = note
+    action = "session.stop" if by_owner else "admin.session.stop"
+    audit(action, str(job_id), owner=record.owner, **({} if by_owner else {"note": note}))
     db.session.commit()
     return record
