@@ -21,9 +21,11 @@ session front's key. ``carme-launch`` renders the spec with it.
   (:mod:`carme_runtime.front`) adds ``secret_header`` to the requests it forwards (and drops any header of that
   name the client sent), so the user never types the token and it never travels through nginx.
 * ``password``: the app asks for a password; ``{secret}`` must appear in ``env`` (never argv).
-* ``proxy``: the app has no authentication (TensorBoard). ``carme-launch`` starts every app on ``127.0.0.1``
-  behind the session front (:mod:`carme_runtime.front`), which forwards nothing without the session's front key;
-  the portal proxy (owner check) and the front are the gates.
+* ``proxy``: the app has no authentication of its own (TensorBoard), or has it turned off (code-server with
+  ``--auth none``). ``carme-launch`` starts it behind the session front (:mod:`carme_runtime.front`), which forwards
+  nothing without the session's front key, and where only the front can reach it (``isolation`` ``socket`` or
+  ``netns``, never ``none``); the portal proxy (owner check) and the front are the gates, and the user never sees
+  or types a secret.
 
 ``strip_prefix`` (default false): the app serves at ``/`` and cannot be told a base path (code-server): the session
 front removes ``proxy_base`` from each request path before passing it on, and ``readiness_path`` is the app's own.
@@ -41,8 +43,9 @@ front removes ``proxy_base`` from each request path before passing it on, and ``
 * ``none``: the app listens on the node's ``127.0.0.1:<port>``, which every local user can connect to (the app's
   own token or password is then the only gate); for site apps that cannot listen on a Unix socket.
 
-Rendering refuses an empty or short secret and any argv that turns authentication off
-(``--auth none``, an empty ``token=``/``password=``).
+Rendering refuses an empty or short secret and any argv that turns authentication off (``--auth none``, an empty
+``token=``/``password=``), except for a ``proxy`` app with ``isolation`` ``socket`` or ``netns``: only the session
+front reaches it, and the front is its authentication (:func:`auth_off_allowed`).
 """
 
 from __future__ import annotations
@@ -161,11 +164,8 @@ class AppSpec:
         }
         argv = [a.format_map(values) for a in self.argv]
         env = {k: v.format_map(values) for k, v in self.env.items()}
-        for i, arg in enumerate(argv):
-            if _AUTH_OFF_RE.search(arg) or (arg == "--auth" and i + 1 < len(argv) and argv[i + 1] == "none"):
-                raise AppRenderError(f"{self.name}: argument {arg!r} would disable authentication")
-            if arg in ("--auth=none",):
-                raise AppRenderError(f"{self.name}: argument {arg!r} would disable authentication")
+        if not auth_off_allowed(self.secret_mode, self.isolation):
+            _refuse_auth_off(self.name, argv)
         if self.secret_mode in ("token", "password"):
             carried = any(secret in v for v in env.values()) or any(secret in a for a in argv)
             if not carried:  # pragma: no cover - guaranteed by load-time validation
@@ -178,6 +178,21 @@ class AppSpec:
         if self.secret_header is None or self.secret_mode != "token":
             return {}
         return {self.secret_header.name: self.secret_header.value.format(secret=secret)}
+
+
+def auth_off_allowed(secret_mode: str, isolation: str) -> bool:
+    """May the app run with its own authentication turned off? Only a ``proxy`` app that listens where nothing but
+    the session front reaches it (a Unix socket in a 0700 directory, or a private network namespace): the front
+    forwards nothing without the session's front key, which only the portal's owner-checked proxy adds."""
+    return secret_mode == "proxy" and isolation in ("socket", "netns")
+
+
+def _refuse_auth_off(name: str, argv: list[str]) -> None:
+    """Raise :class:`AppRenderError` for an argument that turns the app's authentication off."""
+    for i, arg in enumerate(argv):
+        off = _AUTH_OFF_RE.search(arg) or arg == "--auth=none"
+        if off or (arg == "--auth" and i + 1 < len(argv) and argv[i + 1] == "none"):
+            raise AppRenderError(f"{name}: argument {arg!r} would disable authentication")
 
 
 def _check_template(source: str, field_name: str, template: str) -> None:
@@ -280,7 +295,9 @@ def _secret_mode_and_isolation(
         raise AppSpecError(source, "isolation", f"must be one of {', '.join(ISOLATIONS)}")
     if secret_mode == "proxy" and isolation == "none":
         raise AppSpecError(
-            source, "isolation", 'proxy apps have no authentication: other users could reach them; use "netns"'
+            source,
+            "isolation",
+            'proxy apps have no authentication: other users could reach them; use "netns" or "socket"',
         )
     if isolation == "socket" and not (any("{socket}" in a for a in argv) or any("{socket}" in v for v in env.values())):
         raise AppSpecError(source, "isolation", "socket apps must pass {socket} in argv or env (where they listen)")

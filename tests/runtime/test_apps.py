@@ -9,6 +9,7 @@ from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.apps import AppRenderError
 from carme_runtime.apps import AppSpecError
 from carme_runtime.apps import app_from_dict
+from carme_runtime.apps import auth_off_allowed
 from carme_runtime.apps import load_apps
 from carme_runtime.front import app_secret
 
@@ -29,7 +30,7 @@ def test_builtin_apps_load() -> None:
     apps = load_apps([])
     assert set(apps) == {"jupyterlab", "code-server", "tensorboard"}
     assert apps["jupyterlab"].secret_mode == "token"
-    assert apps["code-server"].secret_mode == "password"
+    assert apps["code-server"].secret_mode == "proxy"  # the session front is its gate: no password page
     assert apps["tensorboard"].secret_mode == "proxy"
 
 
@@ -44,6 +45,7 @@ def test_jupyterlab_argv_and_token() -> None:
         "--ServerApp.base_url=/proxy/77/",
         "--ServerApp.allow_remote_access=True",
         "--ServerApp.root_dir=/home/alice",
+        "--LabApp.default_url=/lab?reset",  # Connect opens the launcher, not the last saved layout
     ]
     assert r.env == {"JUPYTER_TOKEN": SECRET}
     assert not any(SECRET in a for a in r.argv)  # argv is world-readable in /proc
@@ -62,16 +64,47 @@ def test_rendered_with_the_app_secret_the_session_secret_appears_nowhere(name: s
     assert len(SECRET) >= MIN_SECRET_LENGTH
 
 
-def test_code_server_uses_password_auth_from_env() -> None:
+def test_code_server_runs_without_its_own_auth_behind_the_front_only() -> None:
     r = render("code-server")
-    assert r.argv[:7] == ["code-server", "--socket", SOCK, "--socket-mode", "600", "--auth", "password"]
+    assert r.argv[:7] == ["code-server", "--socket", SOCK, "--socket-mode", "600", "--auth", "none"]
     assert not any("41234" in a or "10.0.0.5" in a for a in r.argv)  # no TCP port at all
-    assert "none" not in r.argv
-    assert r.env == {"PASSWORD": SECRET}
-    assert load_apps([])["code-server"].proxy_headers(SECRET) == {}
+    assert r.env == {}  # no password anywhere: nothing to show, nothing to type
+    spec_ = load_apps([])["code-server"]
+    assert (spec_.secret_mode, spec_.isolation) == ("proxy", "socket")
+    assert spec_.proxy_headers(SECRET) == {}
     # it serves at / (the front strips /proxy/<job>/), so readiness is its own path
-    assert load_apps([])["code-server"].strip_prefix and r.readiness_path == "/healthz"
+    assert spec_.strip_prefix and r.readiness_path == "/healthz"
     assert not load_apps([])["jupyterlab"].strip_prefix
+
+
+@pytest.mark.parametrize("isolation", ["socket", "netns"])
+def test_proxy_app_reachable_only_through_the_front_may_turn_auth_off(isolation: str) -> None:
+    argv = ["x", "--socket={socket}", "--auth", "none"] if isolation == "socket" else ["x", "--auth=none", "{port}"]
+    app = app_from_dict(spec(argv=argv, env={}, secret_mode="proxy", isolation=isolation))
+    r = app.render(host="127.0.0.1", port=1, secret=SECRET, job_id=1, workdir="/w", socket="/run/s/app.sock")
+    assert "none" in r.argv or "--auth=none" in r.argv
+    assert auth_off_allowed("proxy", isolation)
+
+
+@pytest.mark.parametrize(
+    ("mode", "isolation"),
+    [("token", "socket"), ("token", "netns"), ("token", "none"), ("password", "socket"), ("password", "none")],
+)
+def test_auth_off_stays_refused_for_token_and_password_apps(mode: str, isolation: str) -> None:
+    env = {"PASSWORD": "{secret}"} if mode == "password" else {"MYAPP_TOKEN": "{secret}"}
+    app = app_from_dict(
+        spec(argv=["x", "--socket={socket}", "--auth", "none"], env=env, secret_mode=mode, isolation=isolation)
+    )
+    with pytest.raises(AppRenderError, match="disable authentication"):
+        app.render(host="h", port=1, secret=SECRET, job_id=1, workdir="/w", socket="/run/s/app.sock")
+    assert not auth_off_allowed(mode, isolation)
+
+
+def test_proxy_app_with_isolation_none_is_refused_at_load() -> None:
+    with pytest.raises(AppSpecError) as info:
+        app_from_dict(spec(argv=["x", "--auth", "none", "{port}"], env={}, secret_mode="proxy", isolation="none"))
+    assert info.value.field == "isolation"
+    assert not auth_off_allowed("proxy", "none")
 
 
 def test_tensorboard_binds_and_has_no_header() -> None:
