@@ -21,3 +21,5 @@ class ExitCode(IntEnum):
     NOT_IN_JOB = 13  # carme-launch: no SLURM_JOB_ID
     NETNS_UNAVAILABLE = 14  # carme-launch: the app needs a private network namespace and none can be made
     IMAGE_INVALID = 15  # carme-launch: the container image is missing or its digest differs from the catalogue's
+    LOG_MISSING = 16  # carme-read-log: no such file
+    LOG_REFUSED = 17  # carme-read-log: not a regular file, a link, unreadable, or run as root or a system user
