@@ -196,3 +196,69 @@ def test_image_form_stores_a_good_path(app: Flask, client: Any, kind: str, image
     assert post(client, "/admin/images", {**IMAGE_FORM, "kind": kind, "image": image}).status_code == 302
     with app.app_context():
         assert db.session.query(ImageCatalog).filter_by(name="tf").one().image == image
+
+
+# --- issue 30: the users page lists sessions, GPU-hours and actions; stop with a note -------------------------
+
+
+def test_users_page_lists_sessions_gpu_hours_and_actions(app: Flask, client: Any, fake_scheduler: Any) -> None:
+    from webui.models import User
+    from webui.models import utcnow
+
+    from .conftest import add_session
+
+    log_in_as(app, client, "bob")  # logged in once, no session
+    with app.app_context():
+        db.session.query(User).filter_by(username="bob").one().last_login_at = utcnow()
+        db.session.commit()
+    job_id = add_session(app, fake_scheduler, "alice")  # a session, never logged in here (no portal_user row)
+    log_in_as(app, client, "carol", admin=True)
+    html = client.get("/admin/users").get_data(as_text=True)
+    alice = html.split('data-user="alice"')[1].split("</tr>")[0]
+    assert f'data-job="{job_id}"' in alice and "jupyterlab" in alice and "running" in alice
+    assert "1.5" in alice  # GPU-hours this month (FakeScheduler's accounting)
+    assert 'name="note"' in alice and f"Stop job {job_id}" in alice
+    assert "Reset TOTP" not in alice  # no account row yet: nothing to reset
+    bob = html.split('data-user="bob"')[1].split("</tr>")[0]
+    assert ">enrolled<" in bob and "not locked" in bob and "Reset TOTP" in bob and "Unlock" in bob
+    assert "none" in bob  # no sessions
+
+
+def test_admin_stops_a_session_with_a_note(app: Flask, client: Any, fake_scheduler: Any) -> None:
+    from webui.models import PortalSession
+
+    from .conftest import add_session
+
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "carol", admin=True)
+    note = "Node maintenance at 14:00, please save your work"
+    resp = post(client, f"/admin/sessions/{job_id}/stop", {"note": note, "next": "users"})
+    assert resp.status_code == 302 and resp.headers["Location"].endswith("/admin/users")
+    assert fake_scheduler.cancelled == [(job_id, "carme-portal")]
+    with app.app_context():
+        row = db.session.query(PortalSession).filter_by(job_id=job_id).one()
+        assert (row.end_reason, row.stopped_by, row.stop_note) == ("admin", "carol", note)
+        entry = db.session.query(AuditLog).filter_by(action="admin.session.stop").one()
+        assert entry.actor == "carol" and entry.details["note"] == note
+    assert escape_str(note) in client.get("/admin/audit").get_data(as_text=True)
+
+
+@pytest.mark.parametrize("note", ["x" * 501, "a\x00b"])
+def test_a_bad_note_is_refused_naming_the_field(app: Flask, client: Any, fake_scheduler: Any, note: str) -> None:
+    from .conftest import add_session
+
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "carol", admin=True)
+    resp = post(client, f"/admin/sessions/{job_id}/stop", {"note": note})
+    assert resp.status_code == 400 and "Note: must" in resp.get_data(as_text=True)
+    assert fake_scheduler.cancelled == []
+
+
+def test_the_sessions_list_has_a_note_field_on_each_stop_form(app: Flask, client: Any, fake_scheduler: Any) -> None:
+    from .conftest import add_session
+
+    job_id = add_session(app, fake_scheduler, "alice")
+    log_in_as(app, client, "carol", admin=True)
+    html = client.get("/admin/").get_data(as_text=True)
+    row = html.split(f'<tr data-job="{job_id}">')[1].split("</tr>")[0]
+    assert "<label>Note to alice (optional) <input" in row and 'name="note"' in row

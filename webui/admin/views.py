@@ -38,17 +38,26 @@ from webui.models import News
 from webui.models import QuotaPolicy
 from webui.models import User
 from webui.models import utcnow
+from webui.monitoring import view as health_view
 from webui.monitoring.health import node_health
 from webui.quota.policy import effective_policy
+from webui.quota.usage import quota_view
 from webui.sessions.records import open_sessions
+from webui.sessions.records import parse_job_id
+from webui.sessions.service import stop_session as stop_user_session
 from webui.sessions.status import session_views
-from webui.sessions.views import stop_and_flash
+from webui.slurm.errors import SlurmError
 from webui.slurm.scheduler import current_scheduler
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
+# times as "3 min ago" with the absolute UTC time for a title (the health page, the monitoring banner everywhere)
+bp.add_app_template_filter(health_view.ago, "ago")
+bp.add_app_template_filter(health_view.utc_text, "utc_text")
+bp.add_app_template_filter(health_view.utc_iso, "utc_iso")
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
 APP = r"[a-z0-9][a-z0-9_-]{0,63}"
+NOTE_MAX = 500
 #: the image form's label of the ``image`` field (admin/images.html), named in its errors
 IMAGE_LABEL = "Image path or environment"
 
@@ -69,14 +78,37 @@ def index() -> Any:
 
 @bp.route("/health")
 def health() -> Any:
-    """Per-node health from Zabbix: latest values and open problems (one shared snapshot: webui.monitoring.health)."""
-    return render_template("admin/health.html", health=node_health())
+    """Per-node health from Zabbix: latest values and open problems (one shared snapshot: webui.monitoring.health),
+    in words and units, each node with the items of its role (compute nodes: those Slurm lists)."""
+    snapshot = node_health()
+    slurm_nodes = {n.name for n in current_scheduler().state().nodes}
+    nodes = [health_view.node_view(host, slurm_nodes) for host in snapshot.hosts.values()]
+    return render_template("admin/health.html", health=snapshot, nodes=nodes)
 
 
 @bp.route("/sessions/<job_id>/stop", methods=["POST"])
 def stop_session(job_id: str) -> Response:
-    stop_and_flash(job_id)
-    return redirect(url_for("admin.index"))
+    """Stop anyone's session, with an optional note to its owner (their dashboard and history show it)."""
+    user = current_user()
+    assert user is not None
+    jid = parse_job_id(job_id)
+    note = _note(request.form)
+    try:
+        stop_user_session(user, jid, note=note)
+    except SlurmError as exc:
+        flash(f"Could not stop session {jid}: {exc}")
+    else:
+        flash(f"Session {jid} is stopping." + (" Its owner sees your note." if note else ""))
+    back = request.form.get("next")
+    return redirect(url_for("admin.users") if back == "users" else url_for("admin.index"))
+
+
+def _note(form: Any) -> str:
+    """The stop form's optional note to the owner; bad input is a 400 naming the field as the form labels it."""
+    try:
+        return forms.text(form, "note", max_len=NOTE_MAX, required=False, multiline=True).strip()
+    except forms.FieldError as exc:
+        raise forms.FieldError("Note", str(exc.description).partition(": ")[2]) from None
 
 
 # --- news ------------------------------------------------------------------------
@@ -212,10 +244,28 @@ def _user_or_404(username: str) -> User:
 
 @bp.route("/users")
 def users() -> Any:
-    rows = db.session.execute(
-        select(User).where(User.last_login_at.is_not(None) | User.locked_until.is_not(None)).order_by(User.username)
+    """Every user the portal knows (logged in once, locked, or with an open session): TOTP, lock, open sessions,
+    GPU-hours this month (the dashboard's cached figure: no Slurm call per row) and the actions."""
+    sessions = session_views(current_scheduler().state(), open_sessions(), probe=False)
+    by_owner: dict[str, list[dict[str, Any]]] = {}
+    for view in sessions:
+        by_owner.setdefault(view["owner"], []).append(view)
+    known = db.session.execute(
+        select(User).where(
+            User.last_login_at.is_not(None) | User.locked_until.is_not(None) | User.username.in_(list(by_owner))
+        )
     ).scalars()
-    return render_template("admin/users.html", users=list(rows), now=utcnow())
+    accounts = {u.username: u for u in known}
+    rows = [
+        {
+            "name": name,
+            "user": accounts.get(name),
+            "sessions": by_owner.get(name, []),
+            "quota": quota_view(name, cached=True),
+        }
+        for name in sorted(set(accounts) | set(by_owner))
+    ]
+    return render_template("admin/users.html", rows=rows, now=utcnow())
 
 
 @bp.route("/users/<username>/totp-reset", methods=["POST"])

@@ -38,9 +38,10 @@ SEVERITIES = ("not classified", "information", "warning", "average", "high", "di
 @dataclass(frozen=True)
 class Value:
     label: str
-    value: str
+    value: str  # as Zabbix has it: the pages format it (webui.monitoring.view)
     units: str = ""
     clock: int = 0
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,12 @@ def parse_hosts(hosts: list[dict[str, Any]], now: float) -> Health:
             item = by_key.get(key)
             if item is None or str(item.get("state", "0")) == "1" or not int(item.get("lastclock") or 0):
                 continue  # not on this host, unsupported, or no data yet
-            values.append(
-                Value(
-                    label, str(item.get("lastvalue", "")), str(item.get("units", "")), int(item.get("lastclock") or 0)
-                )
+            value, units, clock = (
+                str(item.get("lastvalue", "")),
+                str(item.get("units", "")),
+                int(item.get("lastclock") or 0),
             )
+            values.append(Value(label, value, units, clock, key))
         problems = []
         for t in h.get("triggers", []):
             if str(t.get("value")) != "1" or str(t.get("status", "0")) != "0":
