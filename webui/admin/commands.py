@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,10 +39,18 @@ def _user_or_fail(username: str) -> User:
     return user
 
 
-def _change_account(username: str, change: Callable[[User], None], action: str) -> None:
-    """Apply ``change`` to USERNAME's record and audit it as ``action`` by the CLI, in one transaction."""
+#: who ran the command (the login name behind ``carme portal``, or carme-portal's SUDO_USER): audited as ``cli:NAME``
+ACTOR_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}"
+
+
+def _change_account(username: str, change: Callable[[User], None], action: str, actor: str | None = None) -> None:
+    """Apply ``change`` to USERNAME's record and audit it as ``action`` by the CLI (``cli:ACTOR`` when the caller
+    names who ran it), in one transaction."""
+    if actor is not None and not re.fullmatch(ACTOR_PATTERN, actor):
+        raise click.BadParameter(f"{actor!r} is not a login name", param_hint="--actor")
     change(_user_or_fail(username))
-    db.session.add(AuditLog(actor="cli", action=action, target=username, details={}, time=utcnow()))
+    by = "cli" if actor is None else f"cli:{actor}"
+    db.session.add(AuditLog(actor=by, action=action, target=username, details={}, time=utcnow()))
     db.session.commit()
 
 
@@ -157,18 +166,22 @@ def _register_database(app: Flask) -> None:
 
 
 def _register_accounts(app: Flask) -> None:
+    actor = click.option("--actor", help="who runs this (audited as cli:ACTOR; carme portal and carme-portal set it)")
+
     @app.cli.command("totp-reset")
     @click.argument("username")
-    def totp_reset(username: str) -> None:
+    @actor
+    def totp_reset(username: str, actor: str | None) -> None:
         """Forget USERNAME's TOTP secret; they enrol again at next login."""
-        _change_account(username, reset_totp, "totp.reset")
-        click.echo(f"TOTP reset for {username}")
+        _change_account(username, reset_totp, "totp.reset", actor)
+        click.echo(f"TOTP reset for {username}; they enrol again at their next login")
 
     @app.cli.command("unlock")
     @click.argument("username")
-    def unlock(username: str) -> None:
+    @actor
+    def unlock(username: str, actor: str | None) -> None:
         """Clear USERNAME's failed-login counter and lock."""
-        _change_account(username, unlock_user, "user.unlock")
+        _change_account(username, unlock_user, "user.unlock", actor)
         click.echo(f"unlocked {username}")
 
 
