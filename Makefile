@@ -12,7 +12,7 @@ MOLECULE_LOCK := /tmp/carme-molecule.lock
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests host image wheelhouse venv bench clean
+.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests axe host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
@@ -121,8 +121,13 @@ unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, 
 e2e: demo ## the browser end-to-end tests against the demo (brought up first); a missing demo fails, never skips
 	$(MAKE) --no-print-directory e2e-tests
 
-e2e-tests: venv ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
+e2e-tests: venv axe ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
 	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e tests/reliability
+
+# axe-core from npm (pinned in the script, installed once into the git-ignored .cache/axe): the accessibility audit
+# the browser tests run in the portal's pages (tests/fixtures/axe.py)
+axe:
+	bash scripts/axe.sh
 
 molecule: $(PREPARE) ## every Molecule scenario, one after another
 	for s in $(SCENARIOS); do
