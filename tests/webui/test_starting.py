@@ -3,7 +3,7 @@
 
 While a session runs and its app is not yet ready, the portal shows it from a state at most
 ``STARTING_STATE_SECONDS`` old (one fetch per worker, shared by every user), and the dashboard loads
-``starting.js``, which asks ``/api/sessions`` every ``STARTING_POLL_SECONDS`` and reloads when the session changes.
+``dashboard.js``, which asks ``/api/sessions`` every ``STARTING_POLL_SECONDS`` (15 s otherwise) and updates the rows.
 A pending session is watched the same way (no fresher state is asked for it); a ready one is not watched at all.
 """
 
@@ -78,12 +78,12 @@ def test_the_dashboard_watches_only_while_a_session_starts(
     job = add_session(app, fake_scheduler, "alice", running=True, ready=False)
     log_in_as(app, client, "alice")
     page = client.get("/").get_data(as_text=True)
-    assert "starting.js" in page and 'data-poll="/api/sessions"' in page and 'data-poll-ms="500"' in page
+    assert "dashboard.js" in page and 'data-poll="/api/sessions"' in page and 'data-poll-ms="500"' in page
     assert f'data-job="{job}" data-state="RUNNING" data-watch' in page
     fake_scheduler.run(job, ready=True)
     page = client.get("/").get_data(as_text=True)
-    assert "starting.js" not in page and "data-watch" not in page and f"/sessions/{job}/connect" in page
-    resp = client.get("/static/starting.js")  # served from the portal's origin (CSP script-src 'self')
+    assert 'data-poll-ms="15000"' in page and "data-watch" not in page and f"/sessions/{job}/connect" in page
+    resp = client.get("/static/dashboard.js")  # served from the portal's origin (CSP script-src 'self')
     body, status = resp.get_data(as_text=True), resp.status_code
     resp.close()
     assert status == 200 and 'getAttribute("data-poll")' in body  # it asks the URL the page names

@@ -28,6 +28,7 @@ from webui.auth.access import login_required
 from webui.auth.logins import current_user
 from webui.auth.logins import login_key_of_request
 from webui.auth.logins import user_of_login
+from webui.dashboard.rows import with_row_fields
 from webui.extensions import db
 from webui.models import User
 from webui.sessions import app_origin
@@ -83,7 +84,8 @@ def list_sessions() -> Any:
     user = current_user()
     assert user is not None
     state, views = my_session_views(user.username)
-    return jsonify(sessions=views, scheduler_error=state.error)
+    # with the words and flags of the dashboard's rows (webui/static/dashboard.js updates them in place)
+    return jsonify(sessions=with_row_fields(views), scheduler_error=state.error)
 
 
 @bp.route("/sessions", methods=["POST"])

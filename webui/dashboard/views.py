@@ -13,6 +13,9 @@ from markupsafe import Markup
 from webui.auth.access import login_required
 from webui.auth.logins import current_user
 from webui.dashboard.news import latest_news
+from webui.dashboard.rows import EXTEND_CHOICES
+from webui.dashboard.rows import plural
+from webui.dashboard.rows import with_row_fields
 from webui.monitoring.health import node_health
 from webui.quota.usage import quota_view
 from webui.reservations.service import reserved_gpu_hours
@@ -21,6 +24,10 @@ from webui.sessions.status import my_session_views
 from webui.slurm.state import ClusterState
 
 bp = Blueprint("dashboard", __name__)
+
+#: how often the dashboard's rows ask ``/api/sessions`` while no session starts (``STARTING_POLL_SECONDS`` while one
+#: does); the page itself is never reloaded for it
+IDLE_POLL_SECONDS = 15
 
 
 def usage_card(state: ClusterState) -> Markup:
@@ -42,7 +49,8 @@ def usage_card(state: ClusterState) -> Markup:
 def index() -> Any:
     user = current_user()
     assert user is not None
-    state, sessions = my_session_views(user.username)
+    state, views = my_session_views(user.username)
+    sessions = with_row_fields(views)
     portal_jobs = {s["job_id"] for s in sessions}
     other_jobs = [j for j in state.jobs_of(user.username) if j.job_id not in portal_jobs and j.active]
     # GPU values (Zabbix) of the nodes my running jobs are on
@@ -61,6 +69,9 @@ def index() -> Any:
         my_nodes=my_nodes,
         watch=any(s["watch"] for s in sessions),
         poll_ms=int(float(current_app.config.get("STARTING_POLL_SECONDS", 0.5)) * 1000),
+        idle_poll_ms=IDLE_POLL_SECONDS * 1000,
+        extend_choices=EXTEND_CHOICES,
+        plural=plural,
     )
 
 

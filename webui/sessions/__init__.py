@@ -12,3 +12,5 @@ and the owner-checked proxy to its app (each session on an origin of its own).
   nginx's ``auth_request`` decision; :mod:`webui.sessions.app_origin`: the per-session origins, tickets and cookies;
 * :mod:`webui.sessions.storage`: datasets for the form, the storage quota for the dashboard.
 """
+
+from webui.sessions import stop_views as stop_views  # its routes join the sessions blueprint
