@@ -148,6 +148,7 @@ def register_blueprints(app: Flask) -> None:
     from webui.api.views import bp as api_bp
     from webui.auth.views import bp as auth_bp
     from webui.dashboard.views import bp as dashboard_bp
+    from webui.history.views import bp as history_bp
     from webui.reservations.views import bp as reservations_bp
     from webui.sessions.views import bp as sessions_bp
 
@@ -157,6 +158,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(admin_bp)
     app.register_blueprint(api_bp)
     app.register_blueprint(reservations_bp)
+    app.register_blueprint(history_bp)
 
 
 def register_fetch_metadata_policy(app: Flask) -> None:

@@ -38,6 +38,7 @@ from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import ReservationState
 from webui.slurm.errors import SlurmError
+from webui.slurm.records import AccountJob
 from webui.slurm.session_spec import SessionSpec
 from webui.slurm.session_spec import build_payload
 from webui.slurm.session_spec import load_apps
@@ -144,6 +145,15 @@ class FakeScheduler:
 
     def gpu_hours_used(self, user: str, since: dt.datetime) -> float | None:
         return 1.5
+
+    #: Slurm's accounting, for job_history (tests set it per instance)
+    accounting: tuple[AccountJob, ...] = ()
+
+    def job_history(self, user: str, since: dt.datetime) -> list[AccountJob]:
+        if self.error:
+            raise SlurmError(self.error)
+        mine = [j for j in self.accounting if j.user == user and (not j.end_time or j.end_time >= since.timestamp())]
+        return sorted(mine, key=lambda j: j.job_id, reverse=True)
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
         return self.app_up

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 
+from flask import current_app
 from sqlalchemy import bindparam
 from sqlalchemy import select
 from werkzeug.exceptions import BadRequest
 
+from carme_runtime.slurm_formats import parse_comment
 from webui.extensions import db
 from webui.models import PortalSession
 from webui.models import utcnow
@@ -37,6 +40,19 @@ _OPEN_SESSIONS_OF = (
     )
     .order_by(PortalSession.created_at.desc())
 )
+
+#: Slurm's final job state -> end reason (a state not listed here: "unknown")
+_BY_STATE = {
+    "COMPLETED": "completed",
+    "TIMEOUT": "time_limit",
+    "DEADLINE": "time_limit",
+    "NODE_FAIL": "node_failure",
+    "BOOT_FAIL": "node_failure",
+    "FAILED": "failed",
+    "OUT_OF_MEMORY": "out_of_memory",
+    "CANCELLED": "cancelled",
+    "PREEMPTED": "preempted",
+}
 
 
 def parse_job_id(raw: str) -> int:
@@ -88,3 +104,21 @@ def active_sessions(username: str, state: ClusterState) -> list[PortalSession]:
         return ps.ended_at is None and not_yet_listed(ps, state)
 
     return [ps for ps in my_portal_sessions(username) if counts(ps)]
+
+
+def end_reason(state: str, comment: str) -> str:
+    """The end reason of a job that ended in ``state``: a launcher that gave up (``state=failed`` in its comment:
+    ``reason=image`` is an image it refused, carme_runtime.launch) first, else Slurm's state."""
+    fields = parse_comment(comment or "") or {}
+    if fields.get("state") == "failed":
+        return "image_refused" if fields.get("reason") == "image" else "failed"
+    return _BY_STATE.get(state.upper(), "unknown")
+
+
+def session_log_path(record: PortalSession) -> str:
+    """The session's standard output: as carme_runtime.sessions.output_path names it (``workdir/carme-<app>-%j.out``,
+    the workdir from ``SESSION_WORKDIR_TEMPLATE``), unless one is recorded."""
+    if record.log_path:
+        return record.log_path
+    workdir = str(current_app.config["SESSION_WORKDIR_TEMPLATE"]).format(user=record.owner)
+    return os.path.join(workdir, f"carme-{record.app}-{record.job_id}.out")

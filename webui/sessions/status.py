@@ -19,9 +19,11 @@ from webui.sessions import pending_reasons
 from webui.sessions.catalog import app_spec
 from webui.sessions.endpoints import endpoint_ready
 from webui.sessions.endpoints import valid_endpoint
+from webui.sessions.records import end_reason
 from webui.sessions.records import job_of
 from webui.sessions.records import my_portal_sessions
 from webui.sessions.records import not_yet_listed
+from webui.sessions.records import session_log_path
 from webui.slurm.scheduler import current_scheduler
 from webui.slurm.state import ClusterState
 from webui.slurm.state import Job
@@ -115,18 +117,21 @@ def _view_of(state: ClusterState, ps: PortalSession, now: float, probe: bool) ->
         return _unknown_view(ps, reason=NOT_YET_LISTED), False
     ended_now = False
     if job is None or job.ended:
-        ended_now = _record_end(ps)
+        ended_now = _record_end(ps, job)
         if job is None or (was_ended and not _ended_to_explain(job)):
             return None, ended_now
     return _job_view(state, ps, job, now, probe), ended_now
 
 
-def _record_end(ps: PortalSession) -> bool:
-    """Mark the session ended (uncommitted); False if it was already."""
+def _record_end(ps: PortalSession, job: Job | None) -> bool:
+    """Mark the session ended (uncommitted), with why (Slurm's final state of its job; "unknown" when Slurm has
+    forgotten the job: the history page asks the accounting later) and its output file; False if it was already."""
     if ps.ended_at is not None:
         return False
     ps.ended_at = utcnow()
     ps.secret = ""  # as in stop_session: an ended session's secret is of no use to anyone
+    ps.end_reason = end_reason(job.state, job.comment) if job is not None else "unknown"
+    ps.log_path = session_log_path(ps)
     return True
 
 

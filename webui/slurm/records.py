@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""slurmrestd v0.0.38 records (jobs, nodes, partitions) to :mod:`webui.slurm.state` objects."""
+"""slurmrestd v0.0.38 records (jobs, nodes, partitions) to :mod:`webui.slurm.state` objects, and slurmdbd's job
+records to :class:`AccountJob`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from carme_runtime.hostlist import expand_hostlist
@@ -76,4 +78,42 @@ def parse_partition(raw: Mapping[str, Any]) -> Partition:
         max_time_minutes=limit if 0 < limit < 0xFFFFFFFE else None,
         state=str(raw.get("state") or "").lower(),
         is_default="DEFAULT" in flags,
+    )
+
+
+@dataclass(frozen=True)
+class AccountJob:
+    """One job of Slurm's accounting (slurmdbd): what the history page shows of it."""
+
+    job_id: int
+    user: str
+    name: str
+    state: str
+    start_time: int  # epoch; 0 = never started
+    end_time: int
+    elapsed: int  # seconds
+    gpu_hours: float
+    comment: str  # the job's comment (the launcher's ``carme:v1;...``)
+    workdir: str
+    std_out: str  # as recorded (with %j etc.), "" when this Slurm does not record it
+
+
+def parse_account_job(raw: Mapping[str, Any], gpu_hours: float) -> AccountJob:
+    """A slurmdb v0.0.38 job record (``std_out`` is recorded by newer Slurm only)."""
+    state = raw.get("state") or {}
+    current = state.get("current") if isinstance(state, Mapping) else state
+    times = raw.get("time") or {}
+    comment = raw.get("comment") or {}
+    return AccountJob(
+        job_id=int_field(raw.get("job_id")),
+        user=str(raw.get("user") or ""),
+        name=str(raw.get("name") or ""),
+        state=str(current or "").upper(),
+        start_time=int_field(times.get("start")),
+        end_time=int_field(times.get("end")),
+        elapsed=int_field(times.get("elapsed")),
+        gpu_hours=gpu_hours,
+        comment=str((comment.get("job") if isinstance(comment, Mapping) else comment) or ""),
+        workdir=str(raw.get("working_directory") or ""),
+        std_out=str(raw.get("std_out") or ""),
     )

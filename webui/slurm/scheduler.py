@@ -32,7 +32,9 @@ from webui.caches import TTLMap
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
+from webui.slurm.records import AccountJob
 from webui.slurm.records import int_field
+from webui.slurm.records import parse_account_job
 from webui.slurm.records import parse_job
 from webui.slurm.records import parse_node
 from webui.slurm.records import parse_partition
@@ -52,6 +54,10 @@ class Scheduler(Protocol):
     def cancel(self, job_id: int, *, as_user: str) -> None: ...
 
     def gpu_hours_used(self, user: str, since: dt.datetime) -> float | None: ...
+
+    def job_history(self, user: str, since: dt.datetime) -> list[AccountJob]:
+        """The user's jobs since ``since`` from Slurm's accounting, newest first; :class:`SlurmError` if unreadable."""
+        ...
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool: ...
 
@@ -178,6 +184,18 @@ class SlurmScheduler:
         except SlurmError:
             return None
         return total
+
+    def job_history(self, user: str, since: dt.datetime) -> list[AccountJob]:
+        """Asked with the user's own token (slurmrestd 22.05 takes no ``users=``: the user's accounts are asked, and
+        their jobs kept); one record per job id, the newest first."""
+        accounts = sorted(self._accounts_of(user))
+        if not accounts:
+            return []
+        raw = self.client.account_jobs(user, accounts, int(since.timestamp()))
+        jobs = {
+            int_field(j.get("job_id")): parse_account_job(j, job_gpu_hours(j)) for j in raw if j.get("user") == user
+        }
+        return [jobs[k] for k in sorted(jobs, reverse=True)]
 
     def _jobs_of_account(self, account: str, since_ts: int) -> tuple[dict[str, Any], ...]:
         def fetch() -> tuple[dict[str, Any], ...]:
