@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""``carme``: the admin CLI (deploy the cluster, run the embedded demo).
+"""``carme``: the admin CLI (deploy the cluster, run the embedded demo, portal accounts).
 
 Exit codes: 0 success, 1 a playbook or command failed, 2 bad command line, 3 (`demo status`) not every
 demo node runs with systemd `running`, 130 interrupted.
@@ -20,6 +20,7 @@ from typing import Any
 from typing import TextIO
 
 from carme_admin import demo
+from carme_admin import portal
 from carme_admin.playbook import PlaybookRun
 from carme_admin.playbook import RunResult
 from carme_admin.playbook import UsageError
@@ -37,7 +38,8 @@ EXIT_INTERRUPTED = 130
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="carme",
-        description="Carme admin CLI: deploy the cluster with Ansible, run the embedded demo cluster.",
+        description="Carme admin CLI: deploy the cluster with Ansible, run the embedded demo cluster, reset a "
+        "portal user's TOTP or unlock them (carme portal totp-reset USER, carme portal unlock USER).",
         epilog="The project directory is $CARME_PROJECT_DIR, else the nearest directory upwards holding "
         "site.yml and ansible.cfg.",
     )
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="portal admin command the catalogue entry is given to, e.g. 'flask --app webui' run as the portal "
         "user on the portal host; without it the command is printed",
     )  # fmt: skip
+    portal.add_parser(commands)
     catalog_cmd = image_sub.add_parser("catalog", help="print (or --write) images/session/catalog.json")
     catalog_cmd.add_argument("--write", action="store_true", help="rewrite the file from the definitions")
     return parser
@@ -113,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_deploy(args)
         if args.command == "image":
             return cmd_image(args)
+        if args.command == "portal":
+            return cmd_portal(args)
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":
@@ -185,6 +190,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     )
     out = _Output(args.json)
     return out.done(ExitCode.OK if _play(out, run) else ExitCode.ERROR)
+
+
+def cmd_portal(args: argparse.Namespace) -> int:
+    run = portal.portal_run(find_project_dir(), args)
+    out = _Output(args.json)
+    ok = _play(out, run)
+    portal.report(args, ok)
+    return out.done(ExitCode.OK if ok else ExitCode.ERROR)
 
 
 # -- image -------------------------------------------------------------------------------------------------
