@@ -262,3 +262,24 @@ def test_the_sessions_list_has_a_note_field_on_each_stop_form(app: Flask, client
     html = client.get("/admin/").get_data(as_text=True)
     row = html.split(f'<tr data-job="{job_id}">')[1].split("</tr>")[0]
     assert "<label>Note to alice (optional) <input" in row and 'name="note"' in row
+
+
+def test_cli_totp_reset_and_unlock_audit_who_ran_them(app: Flask, client: Any) -> None:
+    from webui.models import User
+
+    log_in_as(app, client, "bob")
+    runner = app.test_cli_runner()
+    done = runner.invoke(args=["totp-reset", "--actor", "root", "bob"])
+    assert done.exit_code == 0, done.output
+    assert "TOTP reset for bob; they enrol again at their next login" in done.output
+    assert runner.invoke(args=["unlock", "bob"]).exit_code == 0  # no --actor: audited as "cli", as before
+    bad = runner.invoke(args=["unlock", "--actor", "x; rm", "bob"])
+    assert bad.exit_code == 2 and "--actor" in bad.output
+    assert runner.invoke(args=["totp-reset", "nobody"]).exit_code == 1
+    with app.app_context():
+        assert not db.session.query(User).filter_by(username="bob").one().totp_confirmed
+        rows = db.session.query(AuditLog).order_by(AuditLog.id).all()
+        assert [(r.actor, r.action, r.target) for r in rows[-2:]] == [
+            ("cli:root", "totp.reset", "bob"),
+            ("cli", "user.unlock", "bob"),
+        ]
