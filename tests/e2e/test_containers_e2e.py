@@ -110,7 +110,8 @@ def test_alice_stops_the_container_session(session: AliceSession) -> None:
     assert session.alice is not None and session.job_id, "no session (first step failed)"
     page = session.alice
     page.goto(f"{BASE}/")
-    page.click(f"tr[data-job='{session.job_id}'] button.stop")
+    page.click(f"tr[data-job='{session.job_id}'] a.stop")  # Stop asks first (issue 30)
+    page.click("#stop-dialog button.stop")
     page.wait_for_load_state()
     wait_gone(session.job_id)
     session.stopped = True

@@ -140,7 +140,8 @@ def test_alice_stops_the_session_and_it_leaves_squeue(portal: AliceSession) -> N
     assert portal.alice is not None and portal.job_id, "no session (first step failed)"
     page = portal.alice
     page.goto(f"{BASE}/")
-    page.click(f"tr[data-job='{portal.job_id}'] button.stop")
+    page.click(f"tr[data-job='{portal.job_id}'] a.stop")  # Stop asks first (issue 30)
+    page.click("#stop-dialog button.stop")
     page.wait_for_load_state()
     portal.demo.steps.shot(page, "alice-stopped")
     wait_gone(portal.job_id)

@@ -71,7 +71,7 @@ def test_the_api_gives_the_rows_words(app: Flask, client: Any, fake_scheduler: F
     job = add_session(app, fake_scheduler, "alice", running=True, ready=True)
     log_in_as(app, client, "alice")
     view = next(s for s in client.get("/api/sessions").get_json()["sessions"] if s["job_id"] == job)
-    assert view["state_text"] == "Running" and not view["failed"] and not view["nearing_end"]
+    assert view["state_text"] == "RUNNING" and not view["failed"] and not view["nearing_end"]
     assert view["time_left_text"].endswith(" h") and view["password"] is None
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a row of the dashboard's session table shows, in words, for the page and for its live updates
-(``webui/static/dashboard.js`` reads the same fields from ``/api/sessions``): the state in words, whether the session
+"""What a row of the dashboard's session table shows, for the page and for its live updates
+(``webui/static/dashboard.js`` reads the same fields from ``/api/sessions``): the state, whether the session
 failed (its button says "Dismiss"), whether it nears its time limit (a warning and "Extend"), and the time left."""
 
 from __future__ import annotations
@@ -15,13 +15,6 @@ NEARING_END_SECONDS = 15 * 60
 #: the "Extend by" choices, in minutes
 EXTEND_CHOICES = (15, 30, 60)
 
-_STATE_WORDS = {
-    "PENDING": "Waiting",
-    "RUNNING": "Running",
-    "COMPLETING": "Ending",
-    "UNKNOWN": "Unknown",
-    "NODE_FAIL": "Failed",
-}
 _FAILED_REASONS = frozenset({*FAILURE_REASONS.values(), "the app did not start (see the job's output file)"})
 
 
@@ -47,7 +40,8 @@ def row_fields(view: dict[str, Any]) -> dict[str, Any]:
     running = view["state"] == "RUNNING" and not is_failed
     return {
         "failed": is_failed,
-        "state_text": "Failed" if is_failed else _STATE_WORDS.get(view["state"], view["state"].capitalize()),
+        # Slurm's own word (PENDING, RUNNING: what squeue and the docs say), "Failed" for a failed session
+        "state_text": "Failed" if is_failed else view["state"],
         "time_left_text": duration_text(left),
         "nearing_end": running and left is not None and left <= NEARING_END_SECONDS,
         "can_extend": running and left is not None and left <= NEARING_END_SECONDS and not view.get("reservation"),
