@@ -72,6 +72,7 @@ class SessionRequest:
     qos: str = ""
     account: str = ""
     workdir: str = ""
+    logdir: str = ""  # TensorBoard's log directory ({logdir} in the app spec); "": the working directory
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> SessionRequest:
@@ -115,7 +116,9 @@ class SessionRequest:
         _check_int(errs, "cpus", self.cpus, 1, limits.max_cpus)
         _check_int(errs, "mem_mb", self.mem_mb, 1, limits.max_mem_mb)
         _check_int(errs, "time_minutes", self.time_minutes, 1, limits.max_time_minutes)
-        _check_workdir(errs, self.workdir)
+        _check_path(errs, "workdir", self.workdir)
+        if self.logdir:
+            _check_path(errs, "logdir", self.logdir)
         return errs
 
     def validate(self, limits: SessionLimits | None = None) -> None:
@@ -162,19 +165,20 @@ def _check_image(errs: list[ValidationError], image: str, limits: SessionLimits)
         errs.append(ValidationError("image", "not under an allowed image directory"))
 
 
-def _check_workdir(errs: list[ValidationError], workdir: str) -> None:
+def _check_path(errs: list[ValidationError], field: str, workdir: str) -> None:
+    """A directory the job uses (its working directory, the log directory): absolute, normalised, plain."""
     if not isinstance(workdir, str) or not workdir:
-        errs.append(ValidationError("workdir", "missing"))
+        errs.append(ValidationError(field, "missing"))
     elif _bad_chars(workdir):
-        errs.append(ValidationError("workdir", "contains a newline or control character"))
+        errs.append(ValidationError(field, "contains a newline or control character"))
     elif not workdir.startswith("/"):
-        errs.append(ValidationError("workdir", "must be an absolute path"))
+        errs.append(ValidationError(field, "must be an absolute path"))
     elif os.path.normpath(workdir) != workdir.rstrip("/") or "/../" in workdir + "/":
-        errs.append(ValidationError("workdir", "must be a normalised path (no '..', '//', '.')"))
+        errs.append(ValidationError(field, "must be a normalised path (no '..', '//', '.')"))
     elif "%" in workdir or "," in workdir or ":" in workdir:
-        errs.append(ValidationError("workdir", "must not contain '%', ',' or ':' (Slurm/Apptainer separators)"))
+        errs.append(ValidationError(field, "must not contain '%', ',' or ':' (Slurm/Apptainer separators)"))
     elif len(workdir) > 1024:
-        errs.append(ValidationError("workdir", "longer than 1024 characters"))
+        errs.append(ValidationError(field, "longer than 1024 characters"))
 
 
 def _check_runtime(runtime: str) -> None:
@@ -201,7 +205,7 @@ def build_job_environment(req: SessionRequest, app: AppSpec, runtime: str, secre
         raise ValidationError("secret", f"session secret missing or shorter than {MIN_SECRET_LENGTH}")
     if req.app != app.name:
         raise ValidationError("app", f"request is for {req.app!r}, spec is {app.name!r}")
-    return {
+    env = {
         "PATH": JOB_PATH,
         "CARME_APP": app.name,
         "CARME_IMAGE": req.image,
@@ -209,6 +213,9 @@ def build_job_environment(req: SessionRequest, app: AppSpec, runtime: str, secre
         "CARME_WORKDIR": req.workdir,
         "CARME_SESSION_SECRET": secret,
     }
+    if req.logdir:
+        env["CARME_LOGDIR"] = req.logdir  # carme-launch renders it as the app's {logdir}
+    return env
 
 
 def build_sbatch_argv(req: SessionRequest, app: AppSpec, runtime: str) -> list[str]:
@@ -222,6 +229,8 @@ def build_sbatch_argv(req: SessionRequest, app: AppSpec, runtime: str) -> list[s
     if req.app != app.name:
         raise ValidationError("app", f"request is for {req.app!r}, spec is {app.name!r}")
     names = ["PATH", "CARME_APP", "CARME_IMAGE", "CARME_RUNTIME", "CARME_WORKDIR", "CARME_SESSION_SECRET"]
+    if req.logdir:
+        names.append("CARME_LOGDIR")
     argv = ["sbatch", "--parsable", f"--job-name={job_name(app)}"]
     if req.partition:
         argv.append(f"--partition={req.partition}")

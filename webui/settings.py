@@ -104,6 +104,13 @@ CARME_APP_DIRS = ("/etc/carme/apps.d",)  # site app specs, on top of carme_runti
 SESSION_DEFAULT_PARTITION: str | None = None
 SESSION_DEFAULT_CPUS = 4
 SESSION_DEFAULT_MEM_MB = 16000
+# What the start form's CPUs and memory may ask for, per node (issue 30); carme_runtime checks the same bounds again.
+# None: the default's value (SESSION_DEFAULT_CPUS, SESSION_DEFAULT_MEM_MB), so a session asks for no more than today.
+SESSION_MAX_CPUS: int | None = None
+SESSION_MAX_MEM_MB: int | None = None
+# Session profiles from the inventory (carme_webui_session_profiles): [{"name", "title", "description", "app",
+# "image", "gpus", "cpus", "mem_mb", "time_minutes"}], written into the table by `flask --app webui profiles-sync`.
+SESSION_PROFILES: tuple[dict[str, object], ...] = ()
 SESSION_MAX_TIME_MINUTES = 24 * 60
 # Nodes one session may ask for (multi-node sessions; the app runs on the first). Keep it equal to the session QOS's
 # MaxTRESPerJob=node=N, which Slurm enforces for every submission path (roles/slurm README "Limits").

@@ -125,9 +125,9 @@ def test_quota_policy_is_enforced_and_audited(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
     form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
     resp = post(client, "/sessions/new", form)
-    assert resp.status_code == 400 and "gpus: must be between 0 and 1" in resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "GPUs: must be between 0 and 1" in resp.get_data(as_text=True)
     resp = post(client, "/sessions/new", {**form, "gpus": "1", "time_minutes": "31"})
-    assert resp.status_code == 400 and "time_minutes" in resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "Time (minutes)" in resp.get_data(as_text=True)
 
 
 def test_unlock_is_audited(app: Flask, client: Any) -> None:

@@ -167,7 +167,7 @@ def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> No
             assert effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
     form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
     resp = post(client, "/sessions/new", form)
-    assert resp.status_code == 400 and "gpus: must be between 0 and 1" in resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "GPUs: must be between 0 and 1" in resp.get_data(as_text=True)
     log_in_as(app, client, "carol", admin=True)
     policy = {"gpu_hours_per_month": "10", "max_gpus_per_session": "2", "max_sessions": "1", "max_time_minutes": "30"}
     assert post(client, "/admin/quota", {"username": "alice", **policy}).status_code == 302

@@ -54,6 +54,7 @@ from webui.auth.ldap import LdapIdentity
 from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationState
 from webui.reservations.slurm import SlurmReservations
+from webui.sessions.views import LABELS as FORM_LABELS
 from webui.slurm.client import SlurmClient
 from webui.slurm.jwt_tokens import TokenSource
 
@@ -398,7 +399,7 @@ def names_a_field(resp: Any, fields: tuple[str, ...]) -> bool:
         error = str((resp.get_json(silent=True) or {}).get("error", ""))
         return any(error.startswith(f"{f}: ") for f in fields)
     page = resp.get_data(as_text=True)
-    return any(f"{f}: " in page for f in fields)
+    return any(f"{f}: " in page or f"{FORM_LABELS.get(f, f)}: " in page for f in fields)  # the start form: labels
 
 
 #: the pages that show stored data, as the user and as an administrator

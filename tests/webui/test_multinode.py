@@ -63,7 +63,7 @@ def test_more_nodes_than_the_policy_is_400_naming_the_field(
     for bad in ("2", "0", "-1", "two", "1.5"):
         resp = post(client, "/sessions/new", {**GOOD, "nodes": bad})
         assert resp.status_code == 400, bad
-        assert "nodes: must" in resp.get_data(as_text=True), bad
+        assert "Nodes: must" in resp.get_data(as_text=True), bad
     assert fake_scheduler.submitted == []
 
 
@@ -72,7 +72,7 @@ def test_more_nodes_than_the_partition_has_is_400(app: Flask, client: Any, fake_
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "nodes": "2"})
     assert resp.status_code == 400
-    assert "nodes: must be between 1 and 1" in resp.get_data(as_text=True)
+    assert "Nodes: must be between 1 and 1" in resp.get_data(as_text=True)
 
 
 def test_gpus_are_per_node_and_the_policy_counts_the_session(
@@ -84,7 +84,7 @@ def test_gpus_are_per_node_and_the_policy_counts_the_session(
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "gpus": "2", "nodes": "2"})
     assert resp.status_code == 400
-    assert "gpus: 2 per node on 2 nodes is more than the 3 GPUs a session may have" in resp.get_data(as_text=True)
+    assert "GPUs: 2 per node on 2 nodes is more than the 3 GPUs a session may have" in resp.get_data(as_text=True)
     assert fake_scheduler.submitted == []
     assert post(client, "/sessions/new", {**GOOD, "gpus": "1", "nodes": "2"}).status_code == 302
     assert fake_scheduler.submitted[0][2]["job"]["gres"] == "gpu:1"

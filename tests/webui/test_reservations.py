@@ -264,7 +264,7 @@ def test_nobody_starts_a_session_in_someone_elses_reservation(
     log_in_as(app, client, "bob")
     assert "carme-alice-7" not in client.get("/sessions/new").get_data(as_text=True)
     resp = post(client, "/sessions/new", {**SESSION, "reservation": "carme-alice-7"})
-    assert resp.status_code == 400 and "reservation: is not one of the offered choices" in resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "Reservation: is not one of the offered choices" in resp.get_data(as_text=True)
     assert fake_scheduler.submitted == []
 
 

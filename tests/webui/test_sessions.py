@@ -34,7 +34,7 @@ def test_gpu_count_above_the_node_gres_is_400_naming_the_field(
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "gpus": "5"})
     assert resp.status_code == 400
-    assert "gpus: must be between 0 and 2" in resp.get_data(as_text=True)
+    assert "GPUs: must be between 0 and 2" in resp.get_data(as_text=True)
     assert fake_scheduler.submitted == []
 
 
@@ -50,22 +50,23 @@ def test_time_above_the_partition_limit_is_400(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "time_minutes": "481"})
     assert resp.status_code == 400
-    assert "time_minutes: must be between 1 and 480" in resp.get_data(as_text=True)
+    assert "Time (minutes): must be between 1 and 480" in resp.get_data(as_text=True)
 
 
 def test_values_not_offered_by_the_form_are_400(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
-    for field, value in (("app", "$(id)"), ("image", "../../etc/shadow"), ("partition", "admin';--")):
+    for field, label, value in (("app", "App", "$(id)"), ("image", "Image", "../../etc/shadow"),
+                                ("partition", "Partition", "admin';--")):  # fmt: skip
         resp = post(client, "/sessions/new", {**GOOD, field: value})
         assert resp.status_code == 400, field
-        assert f"{field}: is not one of the offered choices" in resp.get_data(as_text=True)
+        assert f"{label}: is not one of the offered choices" in resp.get_data(as_text=True)
 
 
 def test_app_not_allowed_with_the_image_is_400(app: Flask, client: Any) -> None:
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "app": "tensorboard"})
     assert resp.status_code == 400
-    assert "app:" in resp.get_data(as_text=True)
+    assert "App: " in resp.get_data(as_text=True)
 
 
 def test_start_submits_as_the_user_with_a_fresh_secret(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:

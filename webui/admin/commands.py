@@ -148,6 +148,7 @@ def register(app: Flask) -> None:
     _register_database(app)
     _register_accounts(app)
     _register_images(app)
+    _register_profiles(app)
 
 
 def _register_database(app: Flask) -> None:
@@ -217,3 +218,28 @@ def _register_images(app: Flask) -> None:
             db.session.commit()
         for name, outcome in outcomes:
             click.echo(f"image {name}: {outcome}")
+
+
+def _register_profiles(app: Flask) -> None:
+    @app.cli.command("profiles-sync")
+    def profiles_sync() -> None:
+        """Make the inventory's session profiles (SESSION_PROFILES in config.py) the table's: each is created or
+        updated, inventory-owned profiles no longer listed are disabled, profiles made on the admin page stay as they
+        are. All are checked before any is written; prints one line per profile touched (created, updated,
+        unchanged, disabled)."""
+        from webui.sessions.profiles import ProfileInvalid
+        from webui.sessions.profiles import sync_profiles
+
+        try:
+            outcomes = sync_profiles(current_app.config.get("SESSION_PROFILES") or [])
+        except ProfileInvalid as exc:
+            raise click.ClickException(str(exc)) from exc
+        for name, outcome in outcomes:
+            if outcome != "unchanged":
+                details = {"outcome": outcome, "source": "inventory"}
+                db.session.add(
+                    AuditLog(actor="cli", action=f"profile.{outcome}", target=name, details=details, time=utcnow())
+                )
+        db.session.commit()
+        for name, outcome in outcomes:
+            click.echo(f"profile {name}: {outcome}")

@@ -56,13 +56,27 @@ def form_limits(username: str, state: ClusterState, partition: str | None = None
     max_time = min(policy.max_time_minutes, int(current_app.config["SESSION_MAX_TIME_MINUTES"]))
     if part_obj and part_obj.max_time_minutes:
         max_time = min(max_time, part_obj.max_time_minutes)
+    max_cpus, max_mem_mb = resource_limits()
     return {
         "max_gpus": min(policy.max_gpus_per_session, state.max_gpus_per_node(partition)),
+        "max_cpus": max_cpus,
+        "max_mem_mb": max_mem_mb,
+        "default_cpus": min(max_cpus, max(1, int(current_app.config["SESSION_DEFAULT_CPUS"]))),
+        "default_mem_mb": min(max_mem_mb, max(1, int(current_app.config["SESSION_DEFAULT_MEM_MB"]))),
         "max_nodes": max(1, min(int(current_app.config.get("SESSION_MAX_NODES", 1)), _usable_nodes(state, partition))),
         "max_time_minutes": max_time,
         "max_sessions": policy.max_sessions,
         "policy": policy,
     }
+
+
+def resource_limits() -> tuple[int, int]:
+    """The CPUs and MB of memory (per node) a session may ask for: ``SESSION_MAX_CPUS`` and ``SESSION_MAX_MEM_MB``,
+    or the defaults' values where those are unset."""
+    cfg = current_app.config
+    max_cpus = int(cfg.get("SESSION_MAX_CPUS") or cfg["SESSION_DEFAULT_CPUS"])
+    max_mem_mb = int(cfg.get("SESSION_MAX_MEM_MB") or cfg["SESSION_DEFAULT_MEM_MB"])
+    return max(1, max_cpus), max(1, max_mem_mb)
 
 
 def _usable_nodes(state: ClusterState, partition: str | None) -> int:

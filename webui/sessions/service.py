@@ -8,6 +8,7 @@ the Slurm admin identity for an admin.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ from webui.sessions.catalog import available_apps
 from webui.sessions.catalog import catalog
 from webui.sessions.catalog import form_limits
 from webui.sessions.catalog import session_runtime
+from webui.sessions.profiles import chosen_profile
+from webui.sessions.profiles import remember_choice
+from webui.sessions.profiles import with_profile
 from webui.sessions.records import active_sessions
 from webui.sessions.records import get_portal_session
 from webui.slurm.errors import SlurmError
@@ -43,21 +47,35 @@ from webui.tokens import new_token
 
 #: how old a snapshot may be when a refusal depends on it (the session limit)
 FRESH_STATE_SECONDS = 1.0
+#: the least memory the form's GiB field takes
+MIN_MEM_GIB = 0.1
+#: the start form's label of the ``logdir`` field, named in its errors
+LOGDIR_LABEL = "TensorBoard log directory"
 
 
 def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
-    """Validate everything on the server, submit as the user, record owner and secret."""
+    """Validate everything on the server, submit as the user, record owner and secret.
+
+    With a ``profile`` (the start form's chooser), the profile gives app, image, GPUs, CPUs, memory and time, and
+    every non-empty field of ``form`` overrides it; without one (the JSON API), ``form`` gives them all."""
     state = live_state()
     images = catalog()
-    image, app = _image_and_app(form, images)
+    profile = chosen_profile(form, images)
+    values = with_profile(form, profile)
+    image, app = _image_and_app(values, images)
     partitions = [p.name for p in state.partitions]
-    partition, reservation = _partition_and_reservation(user.username, form, state, partitions)
+    partition, reservation = _partition_and_reservation(user.username, values, state, partitions)
     limits = form_limits(user.username, state, partition)
-    gpus, nodes, time_minutes = _size(form, limits, reservation)
+    if profile is not None and form.get("time_minutes") in (None, ""):
+        values["time_minutes"] = min(profile.time_minutes, limits["max_time_minutes"])  # the user's own limit
+    gpus, nodes, time_minutes = _size(values, limits, reservation)
+    cpus, mem_mb = _resources(values, limits)
+    cfg = current_app.config
+    workdir = str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username)
+    logdir = _logdir(values, app, workdir)
     state = _within_session_limit(user.username, state, limits["max_sessions"])
     if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"
         _check_budget(user.username)
-    cfg = current_app.config
     spec = SessionSpec(
         user=user.username,
         app=app,
@@ -65,18 +83,20 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         gpus=gpus,
         time_minutes=time_minutes,
         partition=partition,
-        cpus=int(cfg["SESSION_DEFAULT_CPUS"]),
-        mem_mb=int(cfg["SESSION_DEFAULT_MEM_MB"]),
+        cpus=cpus,
+        mem_mb=mem_mb,
         qos=cfg.get("SESSION_QOS"),
         account=cfg.get("SESSION_ACCOUNT"),
-        workdir=str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username),
+        workdir=workdir,
         runtime=session_runtime(image.kind),
         limits=_runtime_limits(limits, partitions, images),
         reservation=reservation.name if reservation is not None else None,
         nodes=nodes,
+        logdir=logdir,
     )
     # the claim's commit expires the catalogue row: no read of it after the count
-    return _submit_and_record(spec, image.name, limits["max_sessions"], state)
+    name = profile.name if profile is not None else None
+    return _submit_and_record(spec, image.name, limits["max_sessions"], state, name)
 
 
 def _image_and_app(form: Mapping[str, Any], images: list[ImageCatalog]) -> tuple[ImageCatalog, str]:
@@ -125,6 +145,31 @@ def _size(form: Mapping[str, Any], limits: dict[str, Any], reservation: Reservat
     return gpus, nodes, time_minutes
 
 
+def _resources(values: Mapping[str, Any], limits: dict[str, Any]) -> tuple[int, int]:
+    """CPUs and MB of memory per node within ``limits``; memory comes as ``mem_gib`` (the form) or ``mem_mb``."""
+    cpus = forms.integer(values, "cpus", lo=1, hi=limits["max_cpus"], default=limits["default_cpus"])
+    if values.get("mem_gib") not in (None, ""):
+        hi = math.floor(limits["max_mem_mb"] / 1024 * 100) / 100
+        gib = forms.number(values, "mem_gib", lo=min(MIN_MEM_GIB, hi), hi=hi)
+        return cpus, max(1, round(gib * 1024))
+    mem_mb = forms.integer(values, "mem_mb", lo=1, hi=limits["max_mem_mb"], default=limits["default_mem_mb"])
+    return cpus, mem_mb
+
+
+def _logdir(values: Mapping[str, Any], app: str, home: str) -> str:
+    """TensorBoard's log directory: a directory in the user's home (``~/runs`` or ``/home/USER/runs``); "" (the
+    working directory) when none is given or the app is not TensorBoard, which alone reads it."""
+    raw = forms.text(values, "logdir", max_len=1024, required=False).strip()
+    if not raw or app != "tensorboard":
+        return ""
+    if raw == "~" or raw.startswith("~/"):
+        raw = home + raw[1:]
+    path = forms.absolute_path(raw.rstrip("/") or "/", "logdir", LOGDIR_LABEL)
+    if path != home and not path.startswith(home + "/"):
+        raise forms.FieldError("logdir", f"{LOGDIR_LABEL} must lie in your home directory {home}")
+    return path
+
+
 def _within_session_limit(username: str, state: ClusterState, max_sessions: int) -> ClusterState:
     """Refuse a start beyond the user's session limit; the state the count was taken from."""
     active = active_sessions(username, state)
@@ -151,20 +196,22 @@ def _check_budget(username: str) -> None:
 
 def _runtime_limits(limits: dict[str, Any], partitions: list[str], images: list[ImageCatalog]) -> SessionLimits:
     """The limits carme_runtime checks the request against again (what the form allowed)."""
-    cfg = current_app.config
     return SessionLimits(
         max_gpus=limits["max_gpus"],
         max_nodes=limits["max_nodes"],
         max_time_minutes=limits["max_time_minutes"],
-        max_cpus=max(1, int(cfg["SESSION_DEFAULT_CPUS"])),
-        max_mem_mb=max(1, int(cfg["SESSION_DEFAULT_MEM_MB"])),
+        max_cpus=limits["max_cpus"],
+        max_mem_mb=limits["max_mem_mb"],
         partitions=tuple(partitions),
         apps=tuple(available_apps(images)),
     )
 
 
-def _submit_and_record(spec: SessionSpec, image_name: str, max_sessions: int, state: ClusterState) -> PortalSession:
-    """Submit under a claim on the user's session limit, and record the session with its secret.
+def _submit_and_record(
+    spec: SessionSpec, image_name: str, max_sessions: int, state: ClusterState, profile: str | None
+) -> PortalSession:
+    """Submit under a claim on the user's session limit, and record the session with its secret (and, started from
+    a ``profile``, that profile as the user's next default).
 
     Counted again under the user's lock with the starts in flight, and this one recorded as in flight (security
     issue #27: concurrent starts all passed the first count); the submission runs outside the lock.
@@ -190,11 +237,16 @@ def _submit_and_record(spec: SessionSpec, image_name: str, max_sessions: int, st
             secret=secret,
             created_at=utcnow(),
             reservation=spec.reservation,
+            profile=profile,
+            cpus=spec.cpus,
+            mem_mb=spec.mem_mb,
         )
         db.session.add(record)
+        if profile is not None:
+            remember_choice(spec.user, {"profile": profile})  # committed with the record: only a start that worked
         claim.settle()  # in the record's transaction: from its commit on the session counts itself
         audit("session.start", str(job_id), app=spec.app, image=image_name, gpus=spec.gpus,
-              partition=spec.partition, nodes=spec.nodes)  # fmt: skip
+              partition=spec.partition, nodes=spec.nodes, profile=profile)  # fmt: skip
         _commit_or_cancel(job_id, spec.user)
     return record
 

@@ -26,6 +26,8 @@ from webui.sessions import storage
 from webui.sessions.catalog import available_apps
 from webui.sessions.catalog import catalog
 from webui.sessions.catalog import form_limits
+from webui.sessions.profiles import default_profile
+from webui.sessions.profiles import offered_profiles
 from webui.sessions.records import get_portal_session
 from webui.sessions.records import parse_job_id
 from webui.sessions.records import proxy_path
@@ -39,13 +41,42 @@ from webui.slurm.scheduler import default_partition
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
 
 
+#: the start form's label of each field, as its errors name them (the API's errors keep the field's name)
+LABELS = {
+    "profile": "Profile",
+    "app": "App",
+    "image": "Image",
+    "gpus": "GPUs",
+    "cpus": "CPUs",
+    "mem_gib": "Memory (GiB)",
+    "mem_mb": "Memory (MB)",
+    "time_minutes": "Time (minutes)",
+    "nodes": "Nodes",
+    "partition": "Partition",
+    "reservation": "Reservation",
+    "logdir": "TensorBoard log directory",
+}
+
+
+def labelled(exc: FieldError) -> str:
+    """``exc``'s message with the label the form shows for its field ("Time (minutes): must be between 1 and 480")."""
+    label = LABELS.get(exc.field, exc.field)
+    message = str(exc.description).removeprefix(f"{exc.field}: ")
+    if message.startswith(label):  # it names the label itself (webui.forms.absolute_path)
+        return message
+    return f"{label}: {message}"
+
+
 def _form_context(username: str) -> dict[str, Any]:
     state = current_scheduler().state()
     images = catalog()
     partition = default_partition(state)
+    offered = offered_profiles(images)
     return {
         "state": state,
         "images": images,
+        "profiles": offered,
+        "chosen": default_profile(username, offered),
         "apps": available_apps(images),
         "partitions": state.partitions,
         "default_partition": partition,
@@ -72,7 +103,7 @@ def start() -> Any:
         record = start_session(user, request.form)
     except FieldError as exc:
         ctx = _form_context(user.username)
-        return render_template("sessions/new.html", error=exc.description, form=request.form, **ctx), 400
+        return render_template("sessions/new.html", error=labelled(exc), form=request.form, **ctx), 400
     except SlurmError as exc:
         ctx = _form_context(user.username)
         return render_template("sessions/new.html", error=str(exc), form=request.form, **ctx), 503

@@ -51,6 +51,7 @@ class SessionSpec:
     limits: SessionLimits = field(default_factory=SessionLimits)
     reservation: str | None = None  # a Slurm reservation of the user's (issue 16)
     nodes: int = 1  # multi-node sessions (issue 15): gpus, cpus and mem_mb are per node
+    logdir: str = ""  # TensorBoard's log directory (issue 30); "": the working directory
 
 
 APPS_CACHE_SECONDS = 60.0
@@ -93,6 +94,7 @@ def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], l
         qos=spec.qos or "",
         account=spec.account or "",
         workdir=spec.workdir,
+        logdir=spec.logdir,
     )
     try:
         req.validate(limits)
