@@ -437,3 +437,16 @@ def test_slurm_scheduler_job_history_asks_with_the_users_token() -> None:
     assert [j.job_id for j in jobs] == [9, 5]
     assert jobs[1].gpu_hours == 1.0 and jobs[1].workdir == "/home/bob" and jobs[1].comment == "x"
     assert jobs[1].state == "COMPLETED" and jobs[1].elapsed == 1800
+
+
+def test_a_dismissed_failed_session_leaves_the_dashboard(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    jid = add_session(app, fake_scheduler, "bob")
+    end_in_slurm(fake_scheduler, jid, "NODE_FAIL")
+    log_in_as(app, client, "bob")
+    client.get("/")
+    assert f'data-job="{jid}"' in client.get("/").get_data(as_text=True)  # kept, to say why it ended
+    assert [v["failed"] for v in client.get("/api/sessions").get_json()["sessions"]] == [True]
+    post(client, f"/history/{jid}/dismiss")
+    assert f'data-job="{jid}"' not in client.get("/").get_data(as_text=True)

@@ -118,7 +118,8 @@ def _view_of(state: ClusterState, ps: PortalSession, now: float, probe: bool) ->
     ended_now = False
     if job is None or job.ended:
         ended_now = _record_end(ps, job)
-        if job is None or (was_ended and not _ended_to_explain(job)):
+        # an ended session stays only while it must explain why, until its owner dismissed it (``end_seen``)
+        if job is None or (was_ended and (ps.end_seen or not _ended_to_explain(job))):
             return None, ended_now
     return _job_view(state, ps, job, now, probe), ended_now
 
@@ -155,6 +156,7 @@ def _job_view(state: ClusterState, ps: PortalSession, job: Job, now: float, prob
         "nodes": list(job.nodes),
         "ready": ready,
         "starting": starting,
+        "failed": _ended_to_explain(job),
         "watch": starting or (young and job.state == "PENDING"),
         "connect_url": f"/sessions/{ps.job_id}/connect" if ready else None,
         # Password apps (code-server) ask the owner for the session password at first connect.
@@ -197,6 +199,7 @@ def _unknown_view(ps: PortalSession, reason: str = "scheduler unreachable") -> d
         "nodes": [],
         "ready": False,
         "starting": reason == NOT_YET_LISTED,
+        "failed": False,
         "watch": reason == NOT_YET_LISTED,
         "connect_url": None,
         "password": None,
