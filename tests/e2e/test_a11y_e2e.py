@@ -5,7 +5,8 @@ At 1366 x 800 and at 390 x 844 CSS pixels, the login page (logged out), alice's 
 starting), start form (its advanced fields opened), history and reservations, and carol's admin pages report no
 serious or critical axe violation (tests/fixtures/axe.py: WCAG 2.1 A/AA and axe's best practices), and at 390 px no
 page scrolls sideways (a wide table scrolls inside its own box). On the dashboard the first Tab reaches the skip link,
-which moves the focus to the main content. axe-core is installed by ``make axe`` (``scripts/axe.sh``).
+which moves the focus to the main content, and the focus is shown. axe-core is installed by ``make axe``
+(``scripts/axe.sh``).
 """
 
 from __future__ import annotations
@@ -106,17 +107,29 @@ def test_alice_pages(demo: Demo, alice: tuple[Any, int]) -> None:
     check_all(demo, page, ALICE_PAGES)
 
 
-def test_skip_link(demo: Demo, alice: tuple[Any, int]) -> None:
-    """The first Tab on a page reaches the skip link, shown; Enter on it moves the focus into <main>."""
+def focus_ring(page: Any) -> str:
+    return str(page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle"))
+
+
+def test_keyboard_and_landmarks(demo: Demo, alice: tuple[Any, int]) -> None:
+    """The first Tab on a page reaches the skip link, shown with a focus ring; Enter on it moves the focus into
+    <main>, and the next Tab's element has a ring too. One labelled main navigation, one <main>, lang="en"."""
     page, _ = alice
     page.set_viewport_size(VIEWPORTS[0])
     page.goto(f"{BASE}/")
+    assert page.evaluate("() => document.documentElement.lang") == "en"
+    assert page.locator("header nav[aria-label='Main']").count() == 1
+    assert page.locator("main").count() == 1
     page.keyboard.press("Tab")
     assert page.evaluate("() => document.activeElement.className") == "skip-link"
     box = page.locator(".skip-link").bounding_box()
     assert box is not None and box["y"] >= 0, f"the focused skip link is off screen: {box}"
+    assert focus_ring(page) != "none"
     page.keyboard.press("Enter")
     assert page.evaluate("() => document.activeElement.closest('main') !== null")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.closest('main') !== null")
+    assert focus_ring(page) != "none", page.evaluate("() => document.activeElement.outerHTML")
 
 
 def test_history_page(demo: Demo, alice: tuple[Any, int]) -> None:
