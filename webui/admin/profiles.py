@@ -80,9 +80,8 @@ def _page(**extra: Any) -> str:
     images = catalog()
     installed = set(installed_apps())
     rows = [(p, unavailable_reason(p, images, installed)) for p in all_profiles()]
-    return render_template(
-        "admin/profiles.html", rows=rows, images=images, apps=sorted(installed), form=request.form, **extra
-    )
+    context = {"rows": rows, "images": images, "apps": sorted(installed), "form": request.form, **extra}
+    return render_template("admin/profiles.html", **context)
 
 
 @bp.route("/profiles", methods=["GET", "POST"])
