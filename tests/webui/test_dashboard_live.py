@@ -187,3 +187,17 @@ def test_a_node_with_free_gpus_is_not_shown_allocated(app: Flask, client: Any, f
     log_in_as(app, client, "alice")
     html = page(client)
     assert "<td>gpu01</td><td>partly allocated</td><td>1</td>" in html
+
+
+def test_a_session_in_a_reservation_is_not_extended(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    sched = ExtendingScheduler(fake_scheduler)
+    app.extensions["carme_scheduler"] = sched
+    job = ending_soon(app, sched)
+    with app.app_context():
+        db.session.query(PortalSession).filter_by(job_id=job).one().reservation = "alice-0900"
+        db.session.commit()
+    log_in_as(app, client, "alice")
+    assert f'action="/sessions/{job}/extend" hidden>' in page(client)  # no Extend offered
+    post(client, f"/sessions/{job}/extend", {"minutes": "15"})
+    assert "Extend by: this session ends with its reservation alice-0900" in page(client)
+    assert not sched.extended
