@@ -10,8 +10,8 @@ containers). Runs alternate (floor, portal, floor, portal, ...) so both see the 
 image ``jupyter``, 1 GPU, 10 minutes) and clicks Start: ``POST /sessions/new`` -> the portal submits as alice through
 slurmrestd (``webui.sessions.service.start_session`` -> ``carme_runtime.sessions.build_rest_payload``: the constant
 script ``exec carme-launch``, the job environment ``PATH`` + ``CARME_*`` with a fresh session secret). From the click
-on, the browser stays on the dashboard the POST leads to (its ``starting.js`` asks ``/api/sessions`` every 0.5 s
-while a session starts and reloads the page when it changes) until the session's Connect button is shown, then
+on, the browser stays on the dashboard the POST leads to (its ``dashboard.js`` asks ``/api/sessions`` every 0.5 s
+while a session starts and updates the session's row in place) until the session's Connect button is shown, then
 follows Connect as the button does (``/sessions/<job>/connect`` -> one-time ticket -> the apps'
 origin -> ``/proxy/<job>/lab`` through nginx's ``auth_request`` and the session front) until JupyterLab answers 200.
 The session is then stopped through the API.
@@ -604,8 +604,8 @@ def portal_run(page: Any, watch: Watcher, image: str = IMAGE, check: bool = Fals
     result: dict[str, Any] = {"job": job_id, "t_submit": rel(t_submit, t0), "t_dashboard_row": rel(t_row, t0)}
     extra: dict[str, Any] = {}
     try:
-        # what the user sees: the dashboard (its starting.js asks the portal every 0.5 s and reloads the page when
-        # the session changes) shows Connect for the job
+        # what the user sees: the dashboard (its dashboard.js asks the portal every 0.5 s and updates the row in
+        # place when the session changes) shows Connect for the job
         t_ready: float | None = None
         with contextlib.suppress(PlaywrightTimeout):
             page.wait_for_selector(
