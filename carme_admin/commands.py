@@ -45,7 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"carme {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_deploy(commands)
+    _add_demo(commands)
+    _add_image(commands)
+    portal.add_parser(commands)
+    return parser
 
+
+def _add_deploy(commands: Any) -> None:
     deploy = commands.add_parser("deploy", help="run site.yml (or --playbook) on the inventory")
     deploy.add_argument("--inventory", "-i", type=Path, help="inventory (default: ansible.cfg's, the demo)")
     deploy.add_argument("--limit", "-l", help="only these hosts or groups (ansible pattern)")
@@ -59,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_output_options(deploy)
 
+
+def _add_demo(commands: Any) -> None:
     demo_cmd = commands.add_parser("demo", help="the embedded demo cluster (podman containers on this host)")
     demo_sub = demo_cmd.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
     up = demo_sub.add_parser("up", help="create head, node1, node2 and deploy site.yml on them")
@@ -72,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(down)
     demo_sub.add_parser("status", help="state of the demo containers and of systemd in them")
 
+
+def _add_image(commands: Any) -> None:
     image_cmd = commands.add_parser("image", help="session images (images/session/*.def): build, catalogue")
     image_sub = image_cmd.add_subparsers(dest="image_command", metavar="ACTION", required=True)
     build = image_sub.add_parser("build", help="build image NAME for the runtime, record its digest, register it")
@@ -92,10 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="portal admin command the catalogue entry is given to, e.g. 'flask --app webui' run as the portal "
         "user on the portal host; without it the command is printed",
     )  # fmt: skip
-    portal.add_parser(commands)
     catalog_cmd = image_sub.add_parser("catalog", help="print (or --write) images/session/catalog.json")
     catalog_cmd.add_argument("--write", action="store_true", help="rewrite the file from the definitions")
-    return parser
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
