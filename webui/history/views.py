@@ -5,6 +5,7 @@ administrator reads no other user's log here either), and dismissing a dashboard
 from __future__ import annotations
 
 import os
+import re
 
 from flask import Blueprint
 from flask import Response
@@ -92,7 +93,9 @@ def log(job_id: str) -> BaseResponse:
         abort(503, description="Logs cannot be read right now; try again later.")
     if download:
         resp = Response(data, mimetype="application/octet-stream")
-        resp.headers["Content-Disposition"] = f'attachment; filename="{os.path.basename(path)}"'
+        # the name comes from the job's output path (the user's own choice for sbatch jobs): plain characters only
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path)) or "job.log"
+        resp.headers["Content-Disposition"] = f'attachment; filename="{name}"'
         return resp
     text = data.decode("utf-8", "replace").splitlines(keepends=True)[-lines:]
     return Response("".join(text), mimetype="text/plain")
