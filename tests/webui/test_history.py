@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import subprocess
 from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from carme_runtime.exit_codes import ExitCode
 from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.history import logs
 from webui.history.logs import LogMissing
-from webui.history.logs import SudoLogReader
+from webui.history.logs import SocketLogReader
 from webui.history.logs import job_log_path
 from webui.models import PortalSession
 from webui.sessions.records import end_reason
@@ -305,41 +303,13 @@ def test_job_log_path() -> None:
     assert job_log_path(account_job(7, "bob", workdir="")) is None
 
 
-def test_the_sudo_reader_runs_the_reader_as_the_owner(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[str]] = []
-    answers = {
-        "/a": (0, b"tail\n"),
-        "/missing": (ExitCode.LOG_MISSING, b""),
-        "/link": (ExitCode.LOG_REFUSED, b""),
-        "/x": (1, b""),
-    }
-
-    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
-        calls.append(argv)
-        code, out = answers[argv[-1]]
-        return subprocess.CompletedProcess(argv, code, out, b"sudo: a password is required\n")
-
-    monkeypatch.setattr(subprocess, "run", run)
-    r = SudoLogReader("/opt/carme/webui-venv/bin/carme-read-log")
-    assert r.read("bob", "/a", 100) == b"tail\n"
-    assert calls[0] == ["/usr/bin/sudo", "-n", "-u", "bob", "/opt/carme/webui-venv/bin/carme-read-log",
-                        "--tail-bytes", "100", "--", "/a"]  # fmt: skip
-    with pytest.raises(logs.LogMissing):
-        r.read("bob", "/missing", 100)
-    with pytest.raises(logs.LogRefused):
-        r.read("bob", "/link", 100)
-    with pytest.raises(logs.LogUnavailable, match="password is required"):
-        r.read("bob", "/x", 100)
-    for owner in ("root", "-u", "#0", ""):
-        with pytest.raises(logs.LogRefused):
-            r.read(owner, "/a", 100)
-    assert len(calls) == 4
-
-
-def test_the_default_reader_is_next_to_the_portals_python(app: Flask) -> None:
+def test_the_default_reader_asks_the_log_reader_socket(app: Flask) -> None:
+    """The real reader: tests/webui/test_history_log_reader.py."""
     with app.app_context():
         reader = logs.current_log_reader()
-    assert isinstance(reader, SudoLogReader) and reader.command.endswith("/carme-read-log")
+        assert isinstance(reader, SocketLogReader) and reader.path == logs.DEFAULT_SOCKET
+        app.config["LOG_READER_SOCKET"] = "/run/x.sock"
+        assert getattr(logs.current_log_reader(), "path", None) == "/run/x.sock"
 
 
 # --- notices ---------------------------------------------------------------------------------------------------------

@@ -1,24 +1,29 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Where a session's or job's output file is, and reading it as its owner.
 
-The portal runs as its own system user and cannot read users' homes. It reads a log by running ``carme-read-log``
-(carme_runtime/read_log.py) as the job's owner through sudo (``sudo -n -u OWNER carme-read-log``; the only command
-the portal may run so, roles/carme_webui ``log_reader.yml``): a log is read with exactly its owner's rights.
+The portal runs as its own system user, cannot read users' homes and may not gain privileges. It asks the log reader
+on a unix socket (``LOG_READER_SOCKET``; roles/carme_webui ``carme-log-reader.socket``, which only the portal's group
+may connect to): systemd starts ``carme-read-log --serve`` (carme_runtime/read_log.py) per connection, which becomes
+the job's owner before it opens the file, so a log is read with exactly its owner's rights.
 Tests plug in their own reader (``LOG_READER``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import subprocess
-import sys
+import socket
 from typing import Protocol
 
 from flask import current_app
 
-from carme_runtime.exit_codes import ExitCode
 from webui.slurm.records import AccountJob
+
+#: where the log reader listens (roles/carme_webui ``carme_webui_log_reader_socket``)
+DEFAULT_SOCKET = "/run/carme/log-reader.sock"
+#: the longest status line the reader answers
+_MAX_STATUS = 1024
 
 #: Slurm's filename patterns the portal fills in (sbatch(1) "filename pattern"); a path with any other is not guessed
 _PATTERN = re.compile(r"%(.)")
@@ -33,7 +38,7 @@ class LogRefused(Exception):
 
 
 class LogUnavailable(Exception):
-    """The reader could not be run (sudo or the rule missing, a timeout)."""
+    """The reader could not be asked or did not answer (its socket missing, a timeout, an error of its own)."""
 
 
 class LogReader(Protocol):
@@ -52,41 +57,44 @@ def job_log_path(job: AccountJob) -> str | None:
     return _PATTERN.sub(lambda m: fill[m.group(1)], pattern)
 
 
-class SudoLogReader:
-    """``sudo -n -u OWNER COMMAND --tail-bytes N -- PATH``."""
+class SocketLogReader:
+    """One connection to ``carme-read-log --serve`` per read: a JSON request line, a status line back, the bytes."""
 
-    def __init__(self, command: str, *, sudo: str = "/usr/bin/sudo", timeout: float = 10.0) -> None:
-        self.command = command
-        self.sudo = sudo
+    def __init__(self, path: str, *, timeout: float = 10.0) -> None:
+        self.path = path
         self.timeout = timeout
 
     def read(self, owner: str, path: str, max_bytes: int) -> bytes:
-        if not owner or owner.startswith(("-", "#")) or owner == "root":
-            raise LogRefused(owner)
-        argv = [self.sudo, "-n", "-u", owner, self.command, "--tail-bytes", str(max_bytes), "--", path]
+        request = json.dumps({"user": owner, "path": path, "tail_bytes": max_bytes}).encode() + b"\n"
         try:
-            proc = subprocess.run(
-                argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=self.timeout, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LogUnavailable(str(exc)) from exc
-        if proc.returncode == ExitCode.OK:
-            return proc.stdout
-        if proc.returncode == ExitCode.LOG_MISSING:
-            raise LogMissing(path)
-        if proc.returncode == ExitCode.LOG_REFUSED:
-            raise LogRefused(path)
-        raise LogUnavailable(proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(self.timeout)
+                conn.connect(self.path)
+                conn.sendall(request)
+                conn.shutdown(socket.SHUT_WR)
+                with conn.makefile("rb") as answer:
+                    status = answer.readline(_MAX_STATUS)
+                    data = answer.read(max_bytes + 1) if status.startswith(b"200 ") else b""
+        except OSError as exc:  # timeouts too
+            raise LogUnavailable(f"{self.path}: {exc}") from exc
+        return _answer(status, data, path, max_bytes)
 
 
-def default_command() -> str:
-    """``carme-read-log`` next to the portal's Python (the portal's virtualenv, where its wheel put the script)."""
-    return os.path.join(os.path.dirname(sys.executable), "carme-read-log")
+def _answer(status: bytes, data: bytes, path: str, max_bytes: int) -> bytes:
+    """The bytes of a ``200`` answer, else the exception of its status."""
+    code, _, message = status.decode("utf-8", "replace").strip().partition(" ")
+    if code == "200" and len(data) <= max_bytes:
+        return data
+    if code == "404":
+        raise LogMissing(path)
+    if code == "403":
+        raise LogRefused(f"{path}: {message}")
+    raise LogUnavailable(f"the log reader answered {status[:200]!r}")
 
 
 def current_log_reader() -> LogReader:
-    """``LOG_READER`` (tests), else :class:`SudoLogReader` of ``LOG_READER_COMMAND`` (or :func:`default_command`)."""
+    """``LOG_READER`` (tests), else a :class:`SocketLogReader` of ``LOG_READER_SOCKET`` (:data:`DEFAULT_SOCKET`)."""
     reader: LogReader | None = current_app.config.get("LOG_READER")
     if reader is not None:
         return reader
-    return SudoLogReader(str(current_app.config.get("LOG_READER_COMMAND") or default_command()))
+    return SocketLogReader(str(current_app.config.get("LOG_READER_SOCKET") or DEFAULT_SOCKET))
