@@ -27,10 +27,12 @@ from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
 from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.demo import submit_start_form
 from tests.fixtures.demo import wait_connect_button
 from tests.fixtures.demo import wait_gone
 from tests.fixtures.jupyterlab import new_notebook
@@ -52,16 +54,11 @@ def session(demo: Demo) -> Iterator[AliceSession]:
 
 
 def start(page: Any, image: str) -> int:
-    page.goto(f"{BASE}/sessions/new")
+    fill_start_form(page)
     options = page.inner_text("select[name=image]")
     assert f"{image} (container" in options, f"no container image {image!r} in the start form: {options!r}"
-    page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", image)
-    page.fill("input[name=gpus]", "1")
-    page.fill("input[name=time_minutes]", "30")
-    page.get_by_role("button", name="Start", exact=True).click()
-    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
-    return int(row.get_attribute("data-job") or 0)
+    fill_start_form(page, app="jupyterlab", image=image, gpus=1, time_minutes=30)
+    return submit_start_form(page)
 
 
 def test_alice_starts_jupyterlab_in_a_container_image(session: AliceSession) -> None:

@@ -17,8 +17,10 @@ import pytest
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
+from tests.fixtures.demo import submit_start_form
 
 pytestmark = pytest.mark.e2e
 
@@ -52,14 +54,8 @@ def test_carol_sees_node_health_for_every_node(demo: Demo) -> None:
 def test_alice_sees_the_node_of_her_session(demo: Demo) -> None:
     on_head("scancel", "--user", "alice")
     page, _ = login(demo, "alice")
-    page.goto(f"{BASE}/sessions/new")
-    page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", "jupyter")
-    page.fill("input[name=gpus]", "1")
-    page.fill("input[name=time_minutes]", "30")
-    page.get_by_role("button", name="Start", exact=True).click()
-    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
-    job_id = int(row.get_attribute("data-job") or 0)
+    fill_start_form(page, app="jupyterlab", image="jupyter", gpus=1, time_minutes=30)
+    job_id = submit_start_form(page)
     assert job_id > 0
     try:
         node = ""

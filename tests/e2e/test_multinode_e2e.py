@@ -37,10 +37,12 @@ from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
 from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.demo import submit_start_form
 from tests.fixtures.demo import wait_connect_button
 from tests.fixtures.jupyterlab import new_notebook
 from tests.fixtures.jupyterlab import open_lab
@@ -96,16 +98,9 @@ def test_alice_starts_a_two_node_session_from_the_portal(portal: AliceSession) -
     assert too_many.status == 400 and too_many.json()["error"].startswith("nodes:"), too_many.text()
     assert on_head("squeue", "--noheader", "--user", "alice", "--format=%i").stdout.split() == before
 
-    page.goto(f"{BASE}/sessions/new")
-    page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", "jupyter")
-    page.fill("input[name=gpus]", "0")
-    page.fill("input[name=nodes]", str(NODES))
-    page.fill("input[name=time_minutes]", "30")
+    fill_start_form(page, app="jupyterlab", image="jupyter", gpus=0, nodes=NODES, time_minutes=30)
     portal.demo.steps.shot(page, "alice-start-form-two-nodes")
-    page.get_by_role("button", name="Start", exact=True).click()
-    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
-    portal.job_id = int(row.get_attribute("data-job") or 0)
+    portal.job_id = submit_start_form(page)
     assert portal.job_id > 0
 
     wait_connect_button(page, portal.job_id)

@@ -29,10 +29,12 @@ from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
 from tests.fixtures.demo import apps_origin
 from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import squeue_has
+from tests.fixtures.demo import submit_start_form
 from tests.fixtures.demo import wait_connect_button
 from tests.fixtures.demo import wait_gone
 from tests.fixtures.jupyterlab import new_notebook
@@ -66,15 +68,9 @@ def test_alice_logs_in_and_starts_jupyterlab_with_one_gpu(portal: AliceSession) 
     page, _ = login(portal.demo, "alice")
     portal.alice = page
 
-    page.goto(f"{BASE}/sessions/new")
-    page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", "jupyter")
-    page.fill("input[name=gpus]", "1")
-    page.fill("input[name=time_minutes]", "30")
+    fill_start_form(page, app="jupyterlab", image="jupyter", gpus=1, time_minutes=30)
     portal.demo.steps.shot(page, "alice-start-form")
-    page.get_by_role("button", name="Start", exact=True).click()  # not the nav bar's "Log out" submit button
-    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
-    portal.job_id = int(row.get_attribute("data-job") or 0)
+    portal.job_id = submit_start_form(page)
     assert portal.job_id > 0
     assert "1" in page.inner_text(f"tr[data-job='{portal.job_id}'] td:nth-child(5)")  # GPUs column
     portal.demo.steps.shot(page, "alice-submitted")

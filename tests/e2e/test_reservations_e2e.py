@@ -28,9 +28,11 @@ import pytest
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import connect
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
+from tests.fixtures.demo import submit_start_form
 
 pytestmark = pytest.mark.e2e
 
@@ -185,16 +187,10 @@ def test_alice_starts_a_session_inside_a_reservation_starting_now(booking: Booki
     assert f"reservation carme-alice-{request_id} created" in message, message
     booking.now = f"carme-alice-{request_id}"
 
-    alice.goto(f"{BASE}/sessions/new")
-    alice.select_option("select[name=app]", "jupyterlab")
-    alice.select_option("select[name=image]", "jupyter")
-    alice.select_option("select[name=reservation]", booking.now)
-    alice.fill("input[name=gpus]", "1")
-    alice.fill("input[name=time_minutes]", "120")  # longer than the reservation: capped at its end
+    # time longer than the reservation: capped at its end
+    fill_start_form(alice, app="jupyterlab", image="jupyter", reservation=booking.now, gpus=1, time_minutes=120)
     booking.demo.steps.shot(alice, "alice-start-in-reservation")
-    alice.get_by_role("button", name="Start", exact=True).click()
-    row = alice.wait_for_selector("tr[data-job]", timeout=20_000)
-    booking.job_id = int(row.get_attribute("data-job") or 0)
+    booking.job_id = submit_start_form(alice)
     assert booking.job_id > 0
     shown = on_head("scontrol", "show", "job", str(booking.job_id)).stdout
     assert f"Reservation={booking.now}" in shown, shown

@@ -26,9 +26,11 @@ import pytest
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import HEAD
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
+from tests.fixtures.demo import submit_start_form
 from tests.fixtures.demo import wait_gone
 
 pytestmark = pytest.mark.e2e
@@ -103,14 +105,8 @@ def test_the_start_form_lists_the_dataset_read_only(demo: Demo, alice_page: Any)
 def test_alices_portal_session_finds_the_dataset_in_her_home(demo: Demo, alice_page: Any) -> None:
     on_head("scancel", "--user", USER)  # leftovers of an interrupted run
     page = alice_page
-    page.goto(f"{BASE}/sessions/new")
-    page.select_option("select[name=app]", "jupyterlab")
-    page.select_option("select[name=image]", "jupyter")
-    page.fill("input[name=gpus]", "0")
-    page.fill("input[name=time_minutes]", "15")
-    page.get_by_role("button", name="Start", exact=True).click()
-    row = page.wait_for_selector("tr[data-job]", timeout=20_000)
-    job_id = int(row.get_attribute("data-job") or 0)
+    fill_start_form(page, app="jupyterlab", image="jupyter", gpus=0, time_minutes=15)
+    job_id = submit_start_form(page)
     assert job_id > 0
     try:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
