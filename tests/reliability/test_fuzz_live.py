@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import html
 import json
 import re
 import time
@@ -56,6 +57,7 @@ from tests.fixtures.fuzz import MARKS
 from tests.fixtures.fuzz import META
 from tests.fixtures.fuzz import RAW
 from tests.fixtures.fuzz import mutated
+from webui.sessions.views import LABELS as FORM_LABELS
 
 pytestmark = pytest.mark.e2e
 
@@ -118,7 +120,8 @@ def reservation_day() -> str:
 
 GOOD_START = {"app": "jupyterlab", "image": "jupyter", "gpus": "0", "nodes": "1", "time_minutes": "5"}
 GOOD_JSON = {"app": "jupyterlab", "image": "jupyter", "gpus": 0, "nodes": 1, "time_minutes": 5}
-START_FIELDS = ("app", "image", "partition", "reservation", "gpus", "nodes", "time_minutes", "body")
+START_FIELDS = ("app", "image", "partition", "reservation", "gpus", "nodes", "time_minutes", "body", "profile", "cpus",
+                "mem_gib", "mem_mb", "logdir")  # fmt: skip
 RESERVATION_FIELDS = ("gpus", "nodes", "start", "end", "purpose")
 PAGES = ("/", "/sessions/new", "/reservations/", "/api/sessions", "/api/cluster")
 
@@ -178,8 +181,9 @@ class Live:
         if resp.status not in allowed:
             self.problems.append(f"{what}: {resp.status} (expected one of {allowed}) {resp.text()[:300]}")
         elif resp.status == 400 and fields:
-            text = resp.text()
-            if not any(f"{f}: " in text for f in fields):
+            text = html.unescape(resp.text())
+            # the API names the field; the start form names it by its label ("Time (minutes): ...")
+            if not any(f"{f}: " in text or f"{FORM_LABELS.get(f, f)}: " in text for f in fields):
                 self.problems.append(f"{what}: a 400 that names none of {fields}: {text[:300]}")
 
 
