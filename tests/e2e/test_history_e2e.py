@@ -3,8 +3,8 @@
 
 carol (an administrator) stops bob's JupyterLab session from the admin page with the note "maintenance on node1";
 bob's dashboard says so (with the note, until he dismisses it), his history lists the session with the note and a
-link to its log, which he opens (the app's output, read as bob by the portal's log reader, carme-log-reader.socket) and downloads, and
-alice gets 403 for the same URL.
+link to its log, which he opens (the app's output, read as bob by the portal's log reader, carme-log-reader.socket)
+and downloads, and alice gets 403 for the same URL.
 
 Uses the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo unless ``CARME_E2E_REQUIRED=1``.
 """
