@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""``carme``: the admin CLI (deploy the cluster, run the embedded demo, portal accounts).
+"""``carme``: the admin CLI (start a site, check its hosts, deploy the cluster, run the embedded demo, portal accounts).
 
 Exit codes: 0 success, 1 a playbook or command failed, 2 bad command line, 3 (`demo status`) not every
 demo node runs with systemd `running`, 130 interrupted.
@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 from typing import TextIO
 
+from carme_admin import check
 from carme_admin import demo
 from carme_admin import portal
+from carme_admin import site
 from carme_admin.playbook import PlaybookRun
 from carme_admin.playbook import RunResult
 from carme_admin.playbook import UsageError
@@ -49,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_image(commands)
     portal.add_parser(commands)
+    site.add_parser(commands)
+    check.add_parser(commands)
     return parser
 
 
@@ -60,6 +64,7 @@ def _add_deploy(commands: Any) -> None:
     deploy.add_argument("--check", "-C", action="store_true", help="dry run (ansible check mode)")
     deploy.add_argument("--diff", "-D", action="store_true", help="record file differences in the artifacts")
     deploy.add_argument("--playbook", default="site.yml", help="playbook, relative to the project (site.yml)")
+    check.add_vault_option(deploy)
     deploy.add_argument(
         "-e", "--extra-vars", dest="extra_vars", action="append", default=[], metavar="K=V",
         help="extra variable (repeatable): key=value, @file or a JSON document",
@@ -127,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_image(args)
         if args.command == "portal":
             return cmd_portal(args)
+        if args.command == "site":
+            return site.cmd_site(args)
+        if args.command == "check":
+            return cmd_check(args)
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":
@@ -195,10 +204,28 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         check=args.check,
         diff=args.diff,
         extravars=extravars,
-        extra_args=extra_args,
+        extra_args=[*extra_args, *check.vault_args(args.inventory, args.vault_password_file)],
     )
     out = _Output(args.json)
     return out.done(ExitCode.OK if _play(out, run) else ExitCode.ERROR)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The preflight: progress on stderr, the per-host table (or --json) on stdout; 1 on any problem."""
+    extravars, extra_args = split_extra_vars(args.extra_vars)
+    run = PlaybookRun(
+        project=find_project_dir(),
+        playbook=check.PLAYBOOK,
+        inventory=args.inventory,
+        limit=args.limit,
+        extravars=extravars,
+        extra_args=[*extra_args, *check.vault_args(args.inventory, args.vault_password_file)],
+    )
+    findings = check.Findings()
+    printer = check.CheckPrinter(sys.stderr, findings, width=shutil.get_terminal_size((120, 24)).columns)
+    if run_playbook(run, printer).status == "canceled":
+        raise KeyboardInterrupt
+    return check.report(findings, sys.stdout, args.json)
 
 
 def cmd_portal(args: argparse.Namespace) -> int:
