@@ -109,7 +109,7 @@ def test_a_doc_naming_a_renamed_path_fails_with_its_line(tmp_path: Path, capsys:
         ("```sh\nmake test SERIAL=1\nmake tests   # a typo\n```", ["no make target: make tests"]),
         ("`carme redeploy` and `.venv/bin/carme demo restart`.",
          ["no carme command: carme redeploy", "no carme command: carme demo restart"]),
-        ("See [the site guide](site-guide.md).", ["dead link: site-guide.md"]),
+        ("See [the upgrade guide](upgrade-guide.md).", ["dead link: upgrade-guide.md"]),
         ("See [sessions](portal.md#no-such-heading).", ["no heading for #no-such-heading in docs/portal.md"]),
         ("As `roles/slurm/README.md` \"No such section\" says.",
          ['no heading "No such section" in roles/slurm/README.md']),
