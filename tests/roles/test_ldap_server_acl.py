@@ -125,8 +125,8 @@ def peers_of(inventory: str, host: str) -> list[str]:
     [
         # The demo: the head is the portal and the LDAP host; no login nodes; node1/node2 are not peers.
         ("demo", "head", ["127.0.0.1", "::1", "head"]),
-        # The example site: its two login nodes (no portal or ldap_server group in it yet).
-        ("example", "head01", ["127.0.0.1", "::1", "login01", "login02"]),
+        # The example site: the head (portal and LDAP host) and its two login nodes.
+        ("example", "head01", ["127.0.0.1", "::1", "head01", "login01", "login02"]),
     ],
 )
 def test_inventories_name_the_portal_and_login_hosts(inventory: str, host: str, expected: list[str]) -> None:
