@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from typing import TextIO
 
+from carme_admin import bundle
 from carme_admin import check
 from carme_admin import demo
 from carme_admin import portal
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     portal.add_parser(commands)
     site.add_parser(commands)
     check.add_parser(commands)
+    bundle.add_parser(commands)
     return parser
 
 
@@ -136,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return site.cmd_site(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "bundle":
+            return bundle.cmd_bundle(args)
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":

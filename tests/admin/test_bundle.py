@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`carme bundle`: the package list covers every package a role installs with ansible.builtin.apt (parsed from the
+roles' YAML), a small bundle built from the mirror verifies, a flipped byte in a .deb is named, and a bundle built for
+bookworm is refused on a trixie node. The build tests skip (with the reason) when the mirror is unreachable."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from carme_admin import bundle
+from tests.roles.harness import REPO_ROOT
+
+ROLES = REPO_ROOT / "roles"
+LIST_LITERAL = re.compile(r"\[\s*'([a-z0-9][a-z0-9+.-]+)'")
+IDENT = re.compile(r"\b(__?[a-z][a-z0-9_]*|[a-z][a-z0-9_]*packages[a-z0-9_]*)\b")
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def _role_vars(role: Path) -> dict[str, Any]:
+    return {**(_yaml(role / "defaults" / "main.yml") or {}), **(_yaml(role / "vars" / "main.yml") or {})}
+
+
+def _tasks(items: Any, scope: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every task with the variables it sees (role vars, set_fact, block vars, task vars), blocks flattened."""
+    found = []
+    for task in items or []:
+        scope.update(task.get("ansible.builtin.set_fact") or {})
+        inner = {**scope, **(task.get("vars") or {})}
+        for key in ("block", "rescue", "always"):
+            found += _tasks(task.get(key), inner)
+        found.append((task, inner))
+    return found
+
+
+def _names(value: Any, scope: dict[str, Any], depth: int = 0) -> set[str]:
+    """Package names in an apt task's `name` (a literal, a list, a Jinja expression over the role's variables)."""
+    if depth > 6 or value is None:
+        return set()
+    if isinstance(value, list):
+        return set().union(*(_names(v, scope, depth + 1) for v in value)) if value else set()
+    if isinstance(value, dict):  # e.g. beegfs_server's packages per service
+        return _names(list(value.values()), scope, depth + 1)
+    text = str(value)
+    if "{{" not in text:
+        return {text}
+    if re.fullmatch(r"[a-z0-9+.-]+\{\{\s*\w+\s*\}\}[a-z0-9+.-]*", text):  # "php{{ __zabbix_server_php }}-fpm"
+        return {re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(scope[m[1]]), text)}
+    found = set(LIST_LITERAL.findall(text))
+    for ident in IDENT.findall(text):
+        if ident in scope and ("packages" in ident or ident.endswith("_wanted")):
+            found |= _names(scope[ident], scope, depth + 1)
+    return found
+
+
+def role_packages() -> dict[str, set[str]]:
+    """Role -> the package names its apt tasks install (with every optional switch on)."""
+    result: dict[str, set[str]] = {}
+    for role in sorted(p for p in ROLES.iterdir() if (p / "tasks").is_dir()):
+        scope = _role_vars(role)
+        for tasks_file in sorted((role / "tasks").glob("*.yml")):
+            for task, seen in _tasks(_yaml(tasks_file), scope):
+                apt = task.get("ansible.builtin.apt")
+                if isinstance(apt, dict) and "name" in apt:
+                    result.setdefault(role.name, set()).update(_names(apt["name"], seen))
+    return result
+
+
+def test_the_package_list_covers_every_role_package() -> None:
+    listed = set(bundle.read_packages(REPO_ROOT / bundle.PACKAGE_LIST))
+    per_role = role_packages()
+    assert {"common", "slurm", "ldap_server", "zabbix_server"} <= set(per_role)
+    assert {"slurmctld", "php8.2-fpm", "beegfs-mgmtd", "apptainer-suid", "sssd-ldap"} <= set().union(*per_role.values())
+    missing = {role: sorted(names - listed) for role, names in per_role.items() if names - listed}
+    assert not missing, f"add these to {bundle.PACKAGE_LIST}: {missing}"
+
+
+def _mirror_reachable() -> str | None:
+    mirror = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "debian-mirror.sh")], capture_output=True,
+                            text=True, check=False).stdout.strip()  # fmt: skip
+    try:
+        urllib.request.urlopen(f"{mirror}/dists/bookworm/Release", timeout=10).close()
+    except (OSError, ValueError) as exc:
+        return f"the Debian mirror {mirror or '(none)'} is unreachable: {exc}"
+    return None
+
+
+def _carme(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "carme_admin", *argv], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=REPO_ROOT)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reason = _mirror_reachable()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("bundle")
+    (work / "packages.txt").write_text("# a small one\nlibpopt0\nno-such-package-carme\n")
+    done = _carme("bundle", "build", "--release", "bookworm", "--out", str(work / "b"),
+                  "--packages", str(work / "packages.txt"), "--wheelhouse", "", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["release"] == "bookworm" and summary["not_on_mirror"] == ["no-such-package-carme"]
+    return work / "b"
+
+
+def test_a_built_bundle_verifies(built: Path) -> None:
+    manifest = json.loads((built / "manifest.json").read_text())
+    debs = [name for name in manifest["files"] if name.endswith(".deb")]
+    assert any(n.startswith("apt/libpopt0_") for n in debs) and any(n.startswith("apt/libc6_") for n in debs)
+    assert {"apt/Packages", "apt/Packages.gz", "apt/Release"} <= set(manifest["files"])
+    assert manifest["total_size"] == sum(f["size"] for f in manifest["files"].values())
+    assert "SHA256:" in (built / "apt" / "Release").read_text()
+    done = _carme("bundle", "verify", str(built), "--release", "bookworm")
+    assert done.returncode == 0, done.stdout
+
+
+def test_another_release_is_refused(built: Path) -> None:
+    done = _carme("bundle", "verify", str(built), "--release", "trixie")
+    assert done.returncode == 1
+    assert "bundle built for Debian 12 (bookworm), this node runs Debian 13 (trixie)" in done.stdout
+
+
+def test_a_damaged_deb_is_named(built: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "b"
+    subprocess.run(["cp", "-a", str(built), str(copy)], check=True)
+    deb = next((copy / "apt").glob("libpopt0_*.deb"))
+    data = bytearray(deb.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    deb.write_bytes(bytes(data))
+    (copy / "apt" / "Packages").unlink()
+    done = _carme("bundle", "verify", str(copy), "--json")
+    assert done.returncode == 1
+    problems = json.loads(done.stdout)["problems"]
+    assert f"apt/{deb.name}: damaged (size or sha256 differs from the manifest)" in problems
+    assert "apt/Packages: missing" in problems
+
+
+def test_the_role_renders_the_bundle_as_the_only_source() -> None:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, value)
+    template = env.from_string((ROLES / "common" / "templates" / "carme-offline.list.j2").read_text())
+    lines = [x for x in template.render(common_offline_bundle_path="/srv/bundle/").splitlines() if x[:1] != "#"]
+    assert lines == ["deb [trusted=yes] file:/srv/bundle/apt ./"]
+    assert _yaml(ROLES / "common" / "defaults" / "main.yml")["common_offline_bundle_path"] == ""
