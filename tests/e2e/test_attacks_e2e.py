@@ -203,7 +203,8 @@ BAD_IMAGES = [  # (kind, image path)
 def image_rows(api: Any) -> list[tuple[str, str, str]]:
     """The image catalogue as the admin page lists it: (name, kind, image)."""
     html = api.get(f"{BASE}/admin/images").text()
-    found = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td><td><code>([^<]*)</code>", html)
+    cell = r"<td[^>]*>"  # cells may carry attributes (data-label: the table stacks into cards on a phone)
+    found = re.findall(rf"<tr>{cell}([^<]*)</td>{cell}([^<]*)</td>{cell}<code>([^<]*)</code>", html)
     return [(name, kind, image) for name, kind, image in found]
 
 
@@ -211,9 +212,9 @@ def disable_leftovers(context: Any, prefix: str) -> None:
     """Disable entries this test stored (only on a vulnerable portal; the catalogue has no delete)."""
     api = context.request
     html = api.get(f"{BASE}/admin/images").text()
-    for row in re.findall(r"<tr><td>[^<]*</td>.*?</tr>", html, re.S):
+    for row in re.findall(r"<tr><td[^>]*>[^<]*</td>.*?</tr>", html, re.S):
         toggle = re.search(r'action="(/admin/images/\d+/toggle)"', row)
-        if row.startswith(f"<tr><td>{prefix}") and toggle and ">Disable<" in row:
+        if re.match(rf"<tr><td[^>]*>{re.escape(prefix)}", row) and toggle and ">Disable<" in row:
             post_form(context, BASE + toggle.group(1), {})
 
 
