@@ -12,7 +12,6 @@ bundle built for another release than the node's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import tempfile
@@ -66,17 +65,10 @@ def release_name(release: str) -> str:
     return f"Debian {RELEASES.get(release, '?')} ({release})"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def file_entries(root: Path) -> dict[str, dict[str, Any]]:
     """Every regular file under ``root`` but the manifest: relative path -> size and sha256."""
     paths = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
+    sha256_of = bundle_apt.sha256_of
     return {p.relative_to(root).as_posix(): {"size": p.stat().st_size, "sha256": sha256_of(p)} for p in paths}
 
 
@@ -128,7 +120,7 @@ def verify(root: Path, release: str | None) -> list[str]:
         path = root / rel
         if not path.is_file():
             problems.append(f"{rel}: missing")
-        elif path.stat().st_size != entry["size"] or sha256_of(path) != entry["sha256"]:
+        elif path.stat().st_size != entry["size"] or bundle_apt.sha256_of(path) != entry["sha256"]:
             problems.append(f"{rel}: damaged (size or sha256 differs from the manifest)")
     extra = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
     problems += [f"{rel}: not in the manifest" for rel in extra if rel not in listed]

@@ -107,7 +107,8 @@ def download(uris: list[Uri], dest: Path, workers: int = 6) -> None:
         list(pool.map(lambda u: _fetch(u, dest), uris))
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256 in hex, read in 1 MiB chunks (the Release file and the bundle's manifest)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 20):
@@ -124,7 +125,7 @@ def write_repository(repo: Path, release: str, arch: str) -> None:
     (repo / "Packages").write_bytes(done.stdout)
     with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as packed:
         packed.write(done.stdout)
-    sums = "".join(f" {_sha256(repo / n)} {(repo / n).stat().st_size} {n}\n" for n in ("Packages", "Packages.gz"))
+    sums = "".join(f" {sha256_of(repo / n)} {(repo / n).stat().st_size} {n}\n" for n in ("Packages", "Packages.gz"))
     date = datetime.now(UTC).strftime("%a, %d %b %Y %H:%M:%S UTC")
     (repo / "Release").write_text(
         f"Origin: Carme offline bundle\nLabel: carme-bundle\nSuite: {release}\nCodename: {release}\n"
