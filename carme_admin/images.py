@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
@@ -231,11 +230,13 @@ def build_order(defs: Sequence[Definition], name: str) -> list[Definition]:
     return chain
 
 
-def apptainer_definition(defn: Definition, parent_sif: Path | None) -> str:
-    """The definition Apptainer builds: the source file, with ``From: carme/<name>:<version>`` replaced by
-    ``Bootstrap: localimage`` of the parent's SIF (derived at build time, never stored)."""
+def apptainer_definition(defn: Definition, start: Path | None) -> str:
+    """The definition Apptainer builds: the source file, with its ``Bootstrap``/``From`` replaced by
+    ``Bootstrap: localimage`` of ``start`` when given: the parent's SIF (``From: carme/<name>:<version>``), or for a
+    definition without a parent a base root filesystem directory (``--base``: the test bed, where no registry is
+    reachable, builds from ``scripts/image-base.sh``'s tree). Derived at build time, never stored in images/session."""
     text = defn.path.read_text()
-    if parent_sif is None:
+    if start is None:
         return text
     lines = []
     for line in text.splitlines():
@@ -243,7 +244,7 @@ def apptainer_definition(defn: Definition, parent_sif: Path | None) -> str:
         if key == "bootstrap":
             lines.append("Bootstrap: localimage")
         elif key == "from":
-            lines.append(f"From: {parent_sif}")
+            lines.append(f"From: {start}")
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
@@ -295,15 +296,16 @@ class Built:
 
 
 def build_apptainer(
-    defn: Definition, dest: Path, wheelhouse: Path, parent: Path | None, *, executable: str, run: Run
+    defn: Definition, dest: Path, wheelhouse: Path, start: Path | None, *, executable: str, run: Run
 ) -> Path:
+    """``carme-NAME-VERSION.sif`` in ``dest``; the definition Apptainer was given stays next to it (``.def``). The
+    build reads and writes only under ``dest``, ``wheelhouse`` and ``start``: ``run`` may run it on a node."""
     out = dest / f"carme-{defn.name}-{defn.version}.sif"
-    with tempfile.TemporaryDirectory(prefix="carme-image-") as tmp:
-        definition = Path(tmp) / f"{defn.name}.def"
-        definition.write_text(apptainer_definition(defn, parent))
-        partial = dest / f".{out.name}.partial"
-        run(apptainer_argv(executable, partial, definition, wheelhouse))
-        os.replace(partial, out)
+    definition = dest / f"carme-{defn.name}-{defn.version}.def"
+    definition.write_text(apptainer_definition(defn, start))
+    partial = dest / f".{out.name}.partial"
+    run(apptainer_argv(executable, partial, definition, wheelhouse))
+    os.replace(partial, out)
     return out
 
 
@@ -347,7 +349,10 @@ def build(
     run: Run = run_checked,
     rebuild_parents: bool = False,
 ) -> Built:
-    """Build ``name`` (and the images it starts from, when missing) into ``dest``; return it with its digest."""
+    """Build ``name`` (and the images it starts from, when missing) into ``dest``; return it with its digest.
+
+    ``base``: the root filesystem the first definition of the chain starts from (Charliecloud: required; Apptainer:
+    in place of the definition's ``Bootstrap: docker``, for builders without a registry)."""
     if runtime not in RUNTIMES:
         raise DefinitionError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     defs = list(defs if defs is not None else load_all())
@@ -364,7 +369,7 @@ def build(
             parent = target
             continue
         if runtime == "apptainer":
-            parent = build_apptainer(defn, dest, wheelhouse, parent, executable=executable, run=run)
+            parent = build_apptainer(defn, dest, wheelhouse, parent or base, executable=executable, run=run)
         else:
             if parent is None and base is None:
                 raise DefinitionError(f"{defn.name}: Charliecloud builds need a base directory (scripts/image-base.sh)")

@@ -108,6 +108,21 @@ def test_apptainer_build_command_lines_against_the_stand_in(tmp_path: Path) -> N
     assert len(log.read_text().splitlines()) == 3
 
 
+def test_apptainer_build_from_a_base_directory_keeps_the_definition_it_built(tmp_path: Path) -> None:
+    """Without a registry (the test bed) the first definition starts from a root filesystem directory (--base)."""
+    dest, base = tmp_path / "images", tmp_path / "base-bookworm"
+    built = images.build(
+        "pytorch-cpu", "apptainer", dest, tmp_path / "w", defs=DEFS, base=base, executable=str(STANDIN)
+    )
+    calls = [json.loads(line) for line in (dest / "apptainer-standin.log").read_text().splitlines()]
+    assert calls[0]["definition"].startswith(f"Bootstrap: localimage\nFrom: {base}\n")
+    assert "debian:bookworm" not in calls[0]["definition"]
+    assert f"From: {dest / 'carme-base-1.0.sif'}" in calls[1]["definition"]  # the variant: from the base's SIF
+    assert calls[1]["argv"][-1] == str(dest / "carme-pytorch-cpu-1.0.def")
+    assert (dest / "carme-pytorch-cpu-1.0.def").read_text() == calls[1]["definition"]
+    assert built.path == dest / "carme-pytorch-cpu-1.0.sif"
+
+
 def test_build_refuses_a_definition_that_fails_the_rules(tmp_path: Path) -> None:
     bad = write(tmp_path, GOOD.replace("jupyterlab==4.6.6\n", "jupyterlab\n"))
     with pytest.raises(images.DefinitionError, match="not pinned"):
