@@ -9,6 +9,10 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS ?= $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml))
 MOLECULE_LOCK := /tmp/carme-molecule.lock
+# The Debian release of the node image, the demo and Molecule's cluster scenario: bookworm (Debian 12, the default)
+# or trixie (Debian 13), e.g. `CARME_RELEASE=trixie make image`. The scripts and `carme demo` read both variables.
+export CARME_RELEASE ?= bookworm
+export CARME_NODE_IMAGE ?= localhost/carme-node:$(if $(filter trixie,$(CARME_RELEASE)),debian13,debian12)
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 

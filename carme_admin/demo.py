@@ -22,7 +22,13 @@ DEMO_PLAYBOOK = "playbooks/demo_nodes.yml"
 DEMO_LABEL = "carme.demo=true"
 DEMO_NODES = ("carme-demo-head", "carme-demo-node1", "carme-demo-node2")
 HEAD = "carme-demo-head"
+#: CARME_RELEASE (the one variable that picks the demo's Debian release) -> the node image's tag (images/node/build.sh)
+RELEASE_TAGS = {"bookworm": "debian12", "trixie": "debian13"}
+DEFAULT_RELEASE = "bookworm"
 DEFAULT_IMAGE = "localhost/carme-node:debian12"
+#: podman --security-opt for the demo nodes per release: Apptainer (Debian 13 nodes) mounts a fresh /proc in a user
+#: namespace, which the kernel refuses while podman masks parts of /proc; nothing more privileged than the unmask
+RELEASE_SECURITY_OPTS: dict[str, tuple[str, ...]] = {"bookworm": (), "trixie": ("unmask=ALL",)}
 DEFAULT_HTTPS_PORT = 8443
 DEFAULT_APPS_PORT = 8444
 SECRETS_DIR = ".secrets/demo/"
@@ -97,9 +103,32 @@ def apps_port(inventory: Path) -> int:
     return DEFAULT_APPS_PORT
 
 
-def node_image(inventory: Path) -> str:
+def release(env: Mapping[str, str] | None = None) -> str:
+    """The demo's Debian release from CARME_RELEASE (bookworm when unset); ValueError for an unknown one."""
+    value = (os.environ if env is None else env).get("CARME_RELEASE", "").strip() or DEFAULT_RELEASE
+    if value not in RELEASE_TAGS:
+        raise ValueError(f"CARME_RELEASE must be one of {', '.join(sorted(RELEASE_TAGS))}, not {value!r}")
+    return value
+
+
+def release_image(env: Mapping[str, str] | None = None) -> str:
+    """The node image of the release CARME_RELEASE names (CARME_NODE_IMAGE, when set, names it outright)."""
+    explicit = (os.environ if env is None else env).get("CARME_NODE_IMAGE", "").strip()
+    return explicit or f"localhost/carme-node:{RELEASE_TAGS[release(env)]}"
+
+
+def node_image(inventory: Path, env: Mapping[str, str] | None = None) -> str:
+    """The inventory's demo_nodes_image when it sets a literal one, else the release's image."""
     value = inventory_var(inventory, "demo_nodes_image")
-    return value if isinstance(value, str) and value and "{{" not in value else DEFAULT_IMAGE
+    return value if isinstance(value, str) and value and "{{" not in value else release_image(env)
+
+
+def node_vars(inventory: Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Extra variables for playbooks/demo_nodes.yml: the release's image and its podman security options."""
+    return {
+        "demo_nodes_image": node_image(inventory, env),
+        "demo_nodes_security_opt": list(RELEASE_SECURITY_OPTS[release(env)]),
+    }
 
 
 # -- checks before `demo up` -------------------------------------------------------------------------------
