@@ -22,6 +22,7 @@ from datetime import tzinfo
 from carme_runtime.slurm_formats import gpu_count_from_tres
 from carme_runtime.slurm_formats import parse_parsable
 from carme_runtime.slurm_formats import parse_tres
+from carme_runtime.slurmrest import account_job_record
 
 
 @dataclass(frozen=True)
@@ -90,29 +91,27 @@ def parse_sacct_parsable(text: str, tz: tzinfo | None = None) -> list[JobRecord]
 
 
 def parse_sacct_json(text: str) -> list[JobRecord]:
-    """``sacct --json`` (Slurm 22.05, openapi dbv0.0.38 job records) -> records."""
+    """``sacct --json`` (any version :func:`carme_runtime.slurmrest.account_job_record` reads) -> records."""
     data = json.loads(text)
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise ValueError("sacct --json: no 'jobs' list")
     out = []
-    for job in data["jobs"]:
-        allocated = job.get("tres", {}).get("allocated", []) or []
+    for raw in data["jobs"]:
+        job = account_job_record(raw)
         tres = {
-            f"gres/{item['name']}": str(item.get("count", 0))
-            for item in allocated
-            if item.get("type") == "gres" and str(item.get("name") or "").split(":")[0] == "gpu"
+            f"gres/{item['name']}": str(item["count"])
+            for item in job["tres"]["allocated"]
+            if item["type"] == "gres" and item["name"].split(":")[0] == "gpu"
         }
-        t = job.get("time", {})
-        start = t.get("start") or None
-        end = t.get("end") or None
+        t = job["time"]
         out.append(
             JobRecord(
-                job_id=str(job.get("job_id")),
-                user=str(job.get("user", "")),
-                account=str(job.get("account", "")),
+                job_id=str(job["job_id"]),
+                user=job["user"],
+                account=job["account"],
                 gpus=gpu_count_from_tres(tres),
-                start=float(start) if start else None,
-                end=float(end) if end else None,
+                start=float(t["start"]) if t["start"] else None,
+                end=float(t["end"]) if t["end"] else None,
             )
         )
     return out

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from carme_runtime.apps import MIN_SECRET_LENGTH
 from carme_runtime.runtimes import RUNTIME_NAMES
 from carme_runtime.slurm_formats import format_comment
+from carme_runtime.slurmrest import LEGACY_API
 
 if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
@@ -32,7 +33,8 @@ IMAGE_RE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
 JOB_SCRIPT = "#!/bin/bash\nexec carme-launch\n"
 #: PATH inside the job before carme-launch runs (the job environment is not the submitter's)
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-REST_SUBMIT_PATH = "/slurm/v0.0.38/job/submit"
+#: where the dialect's body is posted as it is (Slurm 22.05); other versions: ``SlurmRestApi.submit_body``
+REST_SUBMIT_PATH = LEGACY_API.path("job/submit")
 
 
 class ValidationError(ValueError):
@@ -258,9 +260,11 @@ def build_sbatch_argv(req: SessionRequest, app: AppSpec, runtime: str) -> list[s
 
 
 def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: str) -> dict[str, object]:
-    """Body of ``POST /slurm/v0.0.38/job/submit`` (slurmrestd 22.05).
+    """Body of slurmrestd's ``POST job/submit`` in Carme's dialect (:mod:`carme_runtime.slurmrest`: Slurm 22.05's
+    version, which takes it as it is; ``SlurmRestApi.submit_body`` turns it into a newer version's).
 
-    GPUs go in ``gres`` (``"gpu:N"``): v0.0.38 rejects ``tres_per_node`` with "Unknown key".
+    GPUs go in ``gres`` (``"gpu:N"``): 22.05 rejects ``tres_per_node`` with "Unknown key" (newer versions get
+    ``tres_per_node``).
     """
     env = build_job_environment(req, app, runtime, secret)
     job: dict[str, object] = {"name": job_name(app)}
@@ -273,7 +277,7 @@ def build_rest_payload(req: SessionRequest, app: AppSpec, runtime: str, secret: 
     job.update(
         {
             "time_limit": req.time_minutes,
-            "nodes": req.nodes,  # v0.0.38: a count (min = max); a [min, max] list is ignored (1 node)
+            "nodes": req.nodes,  # the dialect: a count (min = max); 22.05 ignores a [min, max] list (1 node)
             "tasks": req.nodes,
             "cpus_per_task": req.cpus,
             "memory_per_node": req.mem_mb,

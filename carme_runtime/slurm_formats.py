@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Parsers for Slurm 22.05 command output, and the session comment format.
+"""Parsers for Slurm command output, and the session comment format.
 
 pyslurm cannot be used (no PyPI build for Slurm 22.05), so the runtime reads ``--json`` and ``-P``
-(parsable) output of the CLI tools, or slurmrestd v0.0.38. Each parser takes text and returns plain
+(parsable) output of the CLI tools. ``--json`` records have the shapes of slurmrestd's versions (Slurm 22.05's,
+24.11's) and are read through :mod:`carme_runtime.slurmrest`. Each parser takes text and returns plain
 values, so it is tested against stored sample outputs in ``tests/runtime/data/``.
 
 Note: in Slurm 22.05, ``squeue --json`` ignores the filtering options (``-w``, ``-u``, ``--states``), as its
@@ -19,6 +20,7 @@ import re
 from carme_runtime.hostlist import HostlistError
 from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.job import COMMENT_PREFIX as COMMENT_PREFIX
+from carme_runtime.slurmrest import job_record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def _load_json(text: str, what: str) -> dict[str, object]:
 
 
 class SqueueJob:
-    """The fields of a ``squeue --json`` (openapi v0.0.38 job_info) record the runtime uses."""
+    """The fields of a ``squeue --json`` job record the runtime uses."""
 
     __slots__ = ("comment", "job_id", "name", "nodes", "state", "user_id", "user_name")
 
@@ -83,22 +85,20 @@ def parse_squeue_json(text: str) -> list[SqueueJob]:
     for rec in jobs:
         if not isinstance(rec, dict) or "job_id" not in rec:
             raise SlurmParseError("squeue --json: job record without job_id")
-        state = rec.get("job_state", "")
-        if isinstance(state, list):  # newer Slurm prints a list of flags
-            state = state[0] if state else ""
+        job = job_record(rec)
         try:
-            nodes = expand_hostlist(str(rec.get("nodes") or ""))
+            nodes = expand_hostlist(job["nodes"])
         except HostlistError as exc:
             raise SlurmParseError(f"squeue --json: {exc}") from exc
         out.append(
             SqueueJob(
-                job_id=int(rec["job_id"]),
-                user_name=str(rec.get("user_name", "")),
-                user_id=int(rec.get("user_id", -1)),
-                state=str(state),
+                job_id=job["job_id"],
+                user_name=job["user_name"],
+                user_id=job["user_id"],
+                state=job["job_state"],
                 nodes=nodes,
-                name=str(rec.get("name", "")),
-                comment=str(rec.get("comment") or ""),
+                name=job["name"],
+                comment=job["comment"],
             )
         )
     return out
@@ -206,10 +206,10 @@ _GRES_GPU_RE = re.compile(r"(?:^|[,;])(?:gres[:/])?gpu(?::([A-Za-z0-9_.-]+))?(?:
 
 def count_gpus(spec: str | None) -> int:
     """GPUs in a TRES string (``cpu=2,gres/gpu=2``, as :func:`gpu_count_from_tres` counts them) or a GRES string
-    (``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1``; an untyped ``gpu`` is one)."""
+    (``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gres:gpu:1``, 24.11's ``gres/gpu:1``; an untyped ``gpu`` is one)."""
     if not spec:
         return 0
-    if "gres/gpu" in spec:
+    if "gres/gpu" in spec and "=" in spec:
         return gpu_count_from_tres(parse_tres(spec))
     total = 0
     for m in _GRES_GPU_RE.finditer(spec):

@@ -73,8 +73,11 @@ TOTP_VALID_WINDOW = 1  # accept codes from one 30 s step before/after
 LOGIN_PENDING_SECONDS = 300  # time allowed between password and TOTP step
 LOGIN_RECHECK_SECONDS = 60  # a login's LDAP groups (admin flag) are read again this often
 
-# --- Slurm (slurmrestd v0.0.38, JWT) ---------------------------------------
+# --- Slurm (slurmrestd, JWT) -----------------------------------------------
 SLURMRESTD_URL = "http://127.0.0.1:6820"
+# The OpenAPI version spoken with slurmrestd: "auto" asks it once per process which versions it offers and takes the
+# newest Carme speaks (carme_runtime.slurmrest.SUPPORTED, Slurm 22.05's and 24.11's), or one of those names.
+SLURMRESTD_API_VERSION = "auto"
 SLURM_JWT_KEY_FILE = "/var/spool/slurmctld/jwt_hs256.key"
 SLURM_JWT_LIFETIME_SECONDS = 600
 SLURM_TIMEOUT_SECONDS = 5.0

@@ -2,7 +2,7 @@
 """slurmrestd client: JWT minting, error mapping, the shared cache, and the outage banner.
 
 Real conditions only: a closed 127.0.0.1 port for "slurmctld/slurmrestd down", and a
-small HTTP server on 127.0.0.1 answering like slurmrestd v0.0.38 (checking the JWT)
+small HTTP server on 127.0.0.1 answering like slurmrestd 22.05 (v0.0.38) or 24.11 (v0.0.41; checking the JWT)
 until tests/fixtures/hostslurm.py provides the real daemons.
 """
 
@@ -141,10 +141,10 @@ def test_job_and_node_records() -> None:
 # --- errors on real sockets ---------------------------------------------------------------
 
 
-def client_for(port: int, tmp_path: Path) -> SlurmClient:
+def client_for(port: int, tmp_path: Path, api_version: str = "auto") -> SlurmClient:
     key = tmp_path / "jwt.key"
     key.write_bytes(KEY)
-    return SlurmClient(f"http://127.0.0.1:{port}", TokenSource(str(key)), timeout=2)
+    return SlurmClient(f"http://127.0.0.1:{port}", TokenSource(str(key)), timeout=2, api_version=api_version)
 
 
 def test_connection_refused_is_slurm_unavailable(tmp_path: Path) -> None:
@@ -155,11 +155,13 @@ def test_connection_refused_is_slurm_unavailable(tmp_path: Path) -> None:
 
 
 class FakeSlurmrestd(QuietHandler):
-    """Answers like slurmrestd v0.0.38 and checks the JWT like auth/jwt would."""
+    """Answers like slurmrestd v0.0.38 (22.05: its OpenAPI document at ``/openapi`` only) and checks the JWT like
+    auth/jwt would."""
 
     jobs: ClassVar[list[dict[str, Any]]] = []
     hits: ClassVar[list[tuple[str, str, str]]] = []
     status_override: ClassVar[int | None] = None
+    bodies: ClassVar[list[Any]] = []
 
     def _send(self, status: int, doc: dict[str, Any]) -> None:
         self.send_body(status, json.dumps(doc).encode(), "application/json")
@@ -179,7 +181,12 @@ class FakeSlurmrestd(QuietHandler):
         if self.status_override:
             self._send(self.status_override, {})
             return
-        if self.path == "/slurm/v0.0.38/jobs":
+        if self.command == "POST":
+            self.bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null"))
+        if self.path == "/openapi":
+            self._send(200, {"openapi": "3.0.2", "paths": {f"/slurm/v0.0.{v}/{e}": {} for v in (36, 37, 38)
+                                                          for e in ("jobs", "ping")}})  # fmt: skip
+        elif self.path == "/slurm/v0.0.38/jobs":
             self._send(200, {"jobs": self.jobs, "errors": []})
         elif self.path == "/slurm/v0.0.38/nodes":
             nodes = [
@@ -218,6 +225,7 @@ def restd() -> Iterator[ThreadingHTTPServer]:
     FakeSlurmrestd.hits = []
     FakeSlurmrestd.status_override = None
     FakeSlurmrestd.jobs = []
+    FakeSlurmrestd.bodies = []
     with serve_http(FakeSlurmrestd) as server:
         yield server
 
@@ -236,6 +244,29 @@ def test_errors_array_and_http_statuses_become_messages(restd: ThreadingHTTPServ
         client.jobs("root")
 
 
+def test_the_version_is_asked_once_per_client(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
+    client = client_for(restd.server_address[1], tmp_path)
+    for _ in range(3):
+        client.nodes("carme-portal")
+        client.partitions("alice")
+    asked = [path for _, path, _ in FakeSlurmrestd.hits if path.startswith("/openapi")]
+    assert asked == ["/openapi/v3", "/openapi"]  # 22.05 serves its document at /openapi only
+    assert client.api_for("bob").version == "v0.0.38"
+    named = client_for(restd.server_address[1], tmp_path, api_version="v0.0.38")
+    named.nodes("alice")
+    assert FakeSlurmrestd.hits[-1][1] == "/slurm/v0.0.38/nodes"  # a named version is not asked for
+    with pytest.raises(ValueError, match="SLURMRESTD_API_VERSION"):
+        client_for(restd.server_address[1], tmp_path, api_version="v9")
+
+
+def test_the_dialect_is_posted_to_22_05_as_it_is(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
+    client = client_for(restd.server_address[1], tmp_path)
+    body = {"script": "#!/bin/bash\n", "job": {"name": "x", "time_limit": 5, "environment": {"A": "1"}}}
+    with pytest.raises(SlurmError):
+        client.submit("alice", body)  # the stand-in does not submit
+    assert FakeSlurmrestd.bodies[-1] == body and FakeSlurmrestd.hits[-1][1] == "/slurm/v0.0.38/job/submit"
+
+
 def test_cache_is_shared_and_single_flight(restd: ThreadingHTTPServer, tmp_path: Path) -> None:
     sched = SlurmScheduler(
         client_for(restd.server_address[1], tmp_path),
@@ -251,7 +282,8 @@ def test_cache_is_shared_and_single_flight(restd: ThreadingHTTPServer, tmp_path:
     for t in threads:
         t.join()
     assert len(states) == 20 and all(s is states[0] for s in states)
-    assert sched.queries_issued() == 3  # jobs + nodes + partitions, once for all 20 requests
+    # jobs + nodes + partitions, once for all 20 requests, after asking for the version (/openapi/v3, /openapi) once
+    assert sched.queries_issued() == 5
     assert states[0].partitions[0].max_time_minutes is None  # INFINITE
 
 

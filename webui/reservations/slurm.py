@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Slurm reservations: read through slurmrestd, created and deleted with ``scontrol`` (issue 16).
 
-Slurm is the source of truth: the calendar shows what ``GET /slurm/v0.0.38/reservations`` returns (cached like the
+Slurm is the source of truth: the calendar shows what slurmrestd's ``GET reservations`` returns (cached like the
 rest of the scheduler state), so a reservation deleted with ``scontrol`` is gone from it at the next refresh.
 
 slurmrestd 22.05 has no endpoint that creates reservations, so an approved request becomes one through
@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 
+from carme_runtime import slurmrest
 from carme_runtime.command_runner import RC_NOT_FOUND
 from carme_runtime.command_runner import RC_TIMEOUT
 from carme_runtime.command_runner import SubprocessRunner
 from carme_runtime.hostlist import expand_hostlist
 from webui.caches import SnapshotCache
-from webui.slurm.client import API
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
-from webui.slurm.records import int_field
 
 #: Names the portal gives its reservations: ``carme-<user>-<request id>``.
 NAME_PATTERN = re.compile(r"^carme-([a-z_][a-z0-9_.-]{0,31})-(\d{1,12})$")
@@ -84,27 +83,23 @@ class ReservationSpec:
     partition: str | None = None
 
 
-def _epoch(value: Any) -> dt.datetime:
-    return dt.datetime.fromtimestamp(int_field(value), dt.UTC)
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list):
-        return tuple(str(v) for v in value if v)
-    return tuple(v for v in str(value or "").split(",") if v and v != "(null)")
+def _epoch(value: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
 
 
 def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
-    nodes = str(raw.get("node_list") or "")
+    """A reservation as any slurmrestd version prints it (:func:`carme_runtime.slurmrest.reservation_record`)."""
+    rec = slurmrest.reservation_record(raw)
+    nodes = rec["node_list"]
     return Reservation(
-        name=str(raw.get("name") or ""),
-        start=_epoch(raw.get("start_time")),
-        end=_epoch(raw.get("end_time")),
-        users=_names(raw.get("users")),
+        name=rec["name"],
+        start=_epoch(rec["start_time"]),
+        end=_epoch(rec["end_time"]),
+        users=tuple(rec["users"]),
         nodes=tuple(expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
-        node_count=int_field(raw.get("node_count")),
-        partition=str(raw.get("partition") or ""),
-        flags=tuple(str(f).upper() for f in raw.get("flags") or []),
+        node_count=rec["node_count"],
+        partition=rec["partition"],
+        flags=tuple(str(f).upper() for f in rec["flags"]),
     )
 
 
@@ -175,8 +170,7 @@ class SlurmReservations:
         self._cache = SnapshotCache(self._fetch, self.cache_seconds, on_error=_flagged, errors=(SlurmError,))
 
     def _fetch(self) -> ReservationState:
-        doc = self.client.request("GET", f"{API}/reservations", self.service_user)
-        records = [r for r in doc.get("reservations") or [] if isinstance(r, Mapping)]
+        records = self.client.reservations(self.service_user)
         return ReservationState(tuple(parse_reservation(r) for r in records), time.time())
 
     def state(self, max_age: float | None = None) -> ReservationState:

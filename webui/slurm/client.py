@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A small slurmrestd (OpenAPI v0.0.38) client on urllib. Each call names the Slurm user it acts as, and carries that
-user's token (:mod:`webui.slurm.jwt_tokens`): no shell, no root.
+"""A small slurmrestd client on urllib. Each call names the Slurm user it acts as, and carries that user's token
+(:mod:`webui.slurm.jwt_tokens`): no shell, no root.
+
+The API version is :mod:`carme_runtime.slurmrest`'s business: the client asks slurmrestd which versions it offers on
+its first request (``SLURMRESTD_API_VERSION = "auto"``, the default; once per process, again only after a failed
+attempt), or uses the one the site names, and every endpoint method hands back records in Carme's dialect.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
+from carme_runtime import slurmrest
+from carme_runtime.slurmrest import SlurmRestApi
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.jwt_tokens import TokenRefused
 from webui.slurm.jwt_tokens import TokenSource
 
-API = "/slurm/v0.0.38"
-API_DB = "/slurmdb/v0.0.38"
+#: Slurm 22.05's prefixes, for tests that talk to the host's 22.05 directly; the portal uses ``SlurmClient.api``
+API = slurmrest.LEGACY_API.path("").rstrip("/")
+API_DB = slurmrest.LEGACY_API.db_path("").rstrip("/")
 
 
 def _error_text(errors: list[Any]) -> str:
@@ -39,7 +46,11 @@ def _error_text(errors: list[Any]) -> str:
 class SlurmClient:
     """One slurmrestd endpoint. Each call names the Slurm user it acts as."""
 
-    def __init__(self, base_url: str, tokens: TokenSource, *, timeout: float = 5.0):
+    def __init__(
+        self, base_url: str, tokens: TokenSource, *, timeout: float = 5.0, api_version: str = slurmrest.LEGACY
+    ):
+        """``api_version``: ``auto`` (ask slurmrestd; what :func:`make_client` passes by default) or a version.
+        Constructed directly (tests against a stand-in), the client speaks Slurm 22.05's."""
         parsed = urllib.parse.urlsplit(base_url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"SLURMRESTD_URL must be http(s)://host:port, got {base_url!r}")
@@ -48,6 +59,31 @@ class SlurmClient:
         self.timeout = timeout
         self.queries = 0  # requests issued, for the benchmark
         self._count_lock = threading.Lock()
+        setting = slurmrest.check_setting(api_version)
+        self._api = None if setting == slurmrest.AUTO else SlurmRestApi(setting)
+        self._api_lock = threading.Lock()
+
+    def api_for(self, user: str) -> SlurmRestApi:
+        """The API version spoken with this slurmrestd; the first call asks it (as ``user``) which it offers."""
+        if self._api is not None:
+            return self._api
+        with self._api_lock:
+            if self._api is None:
+                try:
+                    self._api = SlurmRestApi(slurmrest.choose_version(lambda path: self._get_or_none(path, user)))
+                except slurmrest.ApiVersionError as exc:
+                    raise SlurmError(f"Slurm's REST API: {exc}") from exc
+            return self._api
+
+    def _get_or_none(self, path: str, user: str) -> dict[str, Any] | None:
+        """A GET's answer, or None where slurmrestd does not serve ``path`` (404, an error answer); unreachable,
+        refused credentials and refused tokens raise."""
+        try:
+            return self.request("GET", path, user)
+        except SlurmError as exc:
+            if exc.status is None or exc.status in (401, 403):
+                raise
+            return None
 
     def request(self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         try:
@@ -88,30 +124,45 @@ class SlurmClient:
             raise SlurmError(f"Slurm reported: {_error_text(errors)}", status=status, errors=errors)
         return doc
 
-    # --- endpoints --------------------------------------------------------
+    # --- endpoints: records as the version prints them (carme_runtime.slurmrest's *_record() read any) -----------
     def jobs(self, user: str) -> list[dict[str, Any]]:
-        return list(self.request("GET", f"{API}/jobs", user).get("jobs") or [])
+        doc = self.request("GET", self.api_for(user).path("jobs"), user)
+        return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
 
     def nodes(self, user: str) -> list[dict[str, Any]]:
-        return list(self.request("GET", f"{API}/nodes", user).get("nodes") or [])
+        doc = self.request("GET", self.api_for(user).path("nodes"), user)
+        return [n for n in doc.get("nodes") or [] if isinstance(n, dict)]
 
     def partitions(self, user: str) -> list[dict[str, Any]]:
-        return list(self.request("GET", f"{API}/partitions", user).get("partitions") or [])
+        doc = self.request("GET", self.api_for(user).path("partitions"), user)
+        return [p for p in doc.get("partitions") or [] if isinstance(p, dict)]
+
+    def reservations(self, user: str) -> list[dict[str, Any]]:
+        doc = self.request("GET", self.api_for(user).path("reservations"), user)
+        return [r for r in doc.get("reservations") or [] if isinstance(r, dict)]
 
     def submit(self, user: str, payload: Mapping[str, Any]) -> int:
-        doc = self.request("POST", f"{API}/job/submit", user, payload)
+        """Submit ``payload`` (Carme's dialect: :func:`carme_runtime.sessions.build_rest_payload`) as ``user``."""
+        api = self.api_for(user)
+        doc = self.request("POST", api.path("job/submit"), user, api.submit_body(payload))
         job_id = doc.get("job_id")
         if not isinstance(job_id, int):
             raise SlurmError("Slurm accepted the request but returned no job id.")
         return job_id
 
+    def update_job(self, user: str, job_id: int, changes: Mapping[str, Any]) -> None:
+        """Change job properties (the dialect's keys, e.g. ``{"time_limit": minutes}``) as ``user``."""
+        api = self.api_for(user)
+        self.request("POST", api.path(f"job/{int(job_id)}"), user, api.update_body(changes))
+
     def cancel(self, user: str, job_id: int) -> None:
-        self.request("DELETE", f"{API}/job/{int(job_id)}", user)
+        self.request("DELETE", self.api_for(user).path(f"job/{int(job_id)}"), user)
 
     def associations(self, user: str, *, of_user: str | None = None) -> list[dict[str, Any]]:
         """Slurm's associations (``of_user``'s only, when given) as ``user`` sees them: all of them for an Operator."""
         query = "" if of_user is None else "?" + urllib.parse.urlencode({"user": of_user})
-        assocs = self.request("GET", f"{API_DB}/associations{query}", user).get("associations") or []
+        path = self.api_for(user).db_path("associations") + query
+        assocs = self.request("GET", path, user).get("associations") or []
         return [a for a in assocs if isinstance(a, dict)]
 
     def account_jobs(self, user: str, accounts: Iterable[str], since: int) -> list[dict[str, Any]]:
@@ -124,7 +175,7 @@ class SlurmClient:
         start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
         query = urllib.parse.urlencode({"account": ",".join(accounts), "start_time": start, "skip_steps": "true"})
         try:
-            jobs = self.request("GET", f"{API_DB}/jobs?{query}", user).get("jobs") or []
+            jobs = self.request("GET", self.api_for(user).db_path(f"jobs?{query}"), user).get("jobs") or []
         except SlurmError as exc:
             if exc.errors and all(isinstance(e, Mapping) and e.get("error_number") == 9003 for e in exc.errors):
                 return []
@@ -138,4 +189,9 @@ def make_client(config: Mapping[str, Any]) -> SlurmClient:
         lifetime=int(config["SLURM_JWT_LIFETIME_SECONDS"]),
         forbidden=tuple(config["SLURM_FORBIDDEN_USERS"]),
     )
-    return SlurmClient(str(config["SLURMRESTD_URL"]), tokens, timeout=float(config["SLURM_TIMEOUT_SECONDS"]))
+    return SlurmClient(
+        str(config["SLURMRESTD_URL"]),
+        tokens,
+        timeout=float(config["SLURM_TIMEOUT_SECONDS"]),
+        api_version=str(config.get("SLURMRESTD_API_VERSION", slurmrest.AUTO)),
+    )

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from flask import current_app
 
+from carme_runtime import slurmrest
 from carme_runtime.front import verify_endpoint as front_verify
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
@@ -263,14 +264,10 @@ def _accounts_by_user(assocs: Sequence[Mapping[str, Any]]) -> dict[str, frozense
 
 
 def job_gpu_hours(job: Mapping[str, Any]) -> float:
-    """GPUs allocated (``gres/gpu`` TRES) times the elapsed time of one accounting record, in hours."""
-    elapsed = int_field((job.get("time") or {}).get("elapsed"))
-    tres = (job.get("tres") or {}).get("allocated") or []
-    gpus = sum(
-        int_field(t.get("count"))
-        for t in tres
-        if isinstance(t, Mapping) and t.get("type") == "gres" and t.get("name") == "gpu"
-    )
+    """GPUs allocated (``gres/gpu`` TRES) times the elapsed time of one accounting record (any version), in hours."""
+    rec = slurmrest.account_job_record(job)
+    gpus: int = sum(t["count"] for t in rec["tres"]["allocated"] if t["type"] == "gres" and t["name"] == "gpu")
+    elapsed: int = rec["time"]["elapsed"]
     return gpus * elapsed / 3600.0
 
 

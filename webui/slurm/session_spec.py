@@ -77,7 +77,8 @@ def readiness_path(app: AppSpec, job_id: int) -> str:
 
 
 def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], limits: SessionLimits) -> dict[str, Any]:
-    """Validate with carme_runtime and build the slurmrestd submit body."""
+    """Validate with carme_runtime and build the submit body in Carme's dialect (``SlurmClient.submit`` turns it into
+    the version slurmrestd speaks)."""
     app = apps.get(spec.app)
     if app is None:
         raise SessionInvalid("app", f"unknown app {spec.app!r}")
@@ -104,5 +105,5 @@ def build_payload(spec: SessionSpec, secret: str, apps: Mapping[str, AppSpec], l
     if spec.reservation:
         job = payload["job"]
         assert isinstance(job, dict)
-        job["reservation"] = spec.reservation  # slurmrestd v0.0.38 job field; Slurm checks the user may use it
+        job["reservation"] = spec.reservation  # a job field in every version; Slurm checks the user may use it
     return payload
