@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Whole-node jobs against GPU limits on Slurm 24.11 (Debian 13), with plain ``sbatch --exclusive``.
+
+The same checks as tests/integration/test_exclusive_limits.py (Slurm 22.05 on the host), against a one-node Slurm
+24.11 with accounting and 4 fake GPUs in a ``localhost/carme-node:debian13`` container
+(tests/integration/data/slurm2411-limits-setup.sh), running the slurm role's job_submit.lua rendered from the role's
+template for that node. Opt-in, like the other 24.11 container tests (a container and a Slurm of its own): runs only
+with ``CARME_SLURM2411_TESTS=1`` and the image present, otherwise skipped at collection. The container is
+``carme-h-limits-<pid>``, removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+IMAGE = "localhost/carme-node:debian13"
+HERE = Path(__file__).parent
+
+
+def _image_present() -> bool:
+    if not shutil.which("podman"):
+        return False
+    return subprocess.run(["podman", "image", "exists", IMAGE], check=False, timeout=30).returncode == 0
+
+
+if os.environ.get("CARME_SLURM2411_TESTS") != "1" or not _image_present():
+    pytest.skip(f"opt-in: CARME_SLURM2411_TESTS=1 and the image {IMAGE}", allow_module_level=True)
+
+from tests.roles.harness import REPO_ROOT  # noqa: E402
+from tests.roles.harness import render  # noqa: E402
+
+pytestmark = [pytest.mark.slow]
+
+NODE = "n2411"
+REFUSED = "Job violates accounting/QOS policy"
+HOLDS_ALL = "--exclusive: this job holds all 4 GPUs of its 1 node(s)"
+PLAYBOOK = """\
+- name: Render the slurm role's job_submit.lua
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Template
+      ansible.builtin.template:
+        src: {template}
+        dest: "{{{{ out_dir }}}}/job_submit.lua"
+        mode: "0644"
+"""
+
+
+def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True, timeout=180)
+
+
+def _render_lua(root: Path) -> Path:
+    """The role's template for the container's one node group (all its CPUs, 4 GPUs) and one default partition."""
+    inventory = root / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {}}}}))
+    group = {"name": "gpu", "hosts": [NODE], "cpus": os.cpu_count() or 1, "gpus": 4}
+    slurm = {"slurm_node_groups": [group], "slurm_partitions": [{"name": "debug", "node_groups": ["gpu"],
+                                                                  "default": True}]}  # fmt: skip
+    (inventory / "group_vars" / "all" / "slurm.yml").write_text(json.dumps(slurm))
+    playbook = root / "render_job_submit.yml"
+    playbook.write_text(PLAYBOOK.format(template=REPO_ROOT / "roles/slurm/templates/etc/slurm/job_submit.lua.j2"))
+    out = root / "lua"
+    out.mkdir()
+    render(inventory, out, playbook=playbook).check()
+    return out
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    lua = _render_lua(tmp_path_factory.mktemp("limits"))
+    name = f"carme-h-limits-{os.getpid()}"
+    _podman("run", "-d", "--rm", "--name", name, "--hostname", NODE, "--cap-add", "MKNOD",
+            "-v", f"{HERE / 'data'}:/setup:ro,Z", "-v", f"{lua}:/lua:ro,Z", IMAGE, "sleep", "infinity")  # fmt: skip
+    try:
+        setup = _podman("exec", name, "bash", "/setup/slurm2411-limits-setup.sh", check=False)
+        assert setup.returncode == 0, setup.stdout + setup.stderr
+        assert "24.11" in setup.stdout, setup.stdout
+        yield name
+    finally:
+        _podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def sbatch(node: str, *args: str) -> tuple[int | None, str]:
+    argv = ["exec", node, "runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
+            "--mem=100", "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
+    proc = _podman(*argv, check=False)
+    if proc.returncode == 0:
+        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
+    return None, proc.stderr.strip()
+
+
+def job_fields(node: str, job: int) -> dict[str, str]:
+    out = _podman("exec", node, "scontrol", "show", "job", "-o", str(job), check=False).stdout
+    return dict(token.split("=", 1) for token in out.split() if "=" in token)
+
+
+CASES = {"plain": (), "tasks": ("-n2",), "gres": ("--gres=gpu:1",), "gpus": ("--gpus=1",)}
+
+
+@pytest.mark.parametrize("args", list(CASES.values()), ids=list(CASES))
+def test_exclusive_over_a_qos_gpu_limit_is_refused_at_submit_on_24_11(node: str, args: tuple[str, ...]) -> None:
+    job, error = sbatch(node, "--exclusive", *args)
+    assert job is None, f"sbatch --exclusive {' '.join(args)} was accepted: {job_fields(node, job)}"
+    assert "QOSMaxGRESPerUser" in error and REFUSED in error and HOLDS_ALL in error, error
+
+
+def test_exclusive_within_the_limits_and_shared_jobs_run_on_24_11(node: str) -> None:
+    whole, messages = sbatch(node, "--exclusive", "--qos=exc-wide")
+    assert whole is not None and HOLDS_ALL in messages, messages
+    fields = job_fields(node, whole)
+    assert "gres/gpu=4" in fields.get("TRES", "") or "gres/gpu=4" in fields.get("ReqTRES", ""), fields
+    _podman("exec", node, "scancel", str(whole))
+    shared, messages = sbatch(node, "--gres=gpu:1")
+    assert shared is not None and HOLDS_ALL not in messages, messages
+    assert "gres/gpu=1" in job_fields(node, shared).get("ReqTRES", ""), job_fields(node, shared)
+    _podman("exec", node, "scancel", str(shared))
