@@ -184,7 +184,7 @@ class FakeReservations:
     def state(self, max_age: float | None = None) -> ReservationState:
         if self.error:
             return ReservationState(error=self.error)
-        return ReservationState(tuple(self.items.values()), fetched_at=1.0)
+        return ReservationState(tuple(self.items.values()), fetched_at=time.time())  # read now, as Slurm would
 
     def last(self, error: str) -> ReservationState:
         self.last_errors.append(error)

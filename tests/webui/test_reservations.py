@@ -123,6 +123,19 @@ def test_a_reservation_deleted_in_slurm_is_gone_from_the_calendar(
     assert "no longer in Slurm (deleted there)" in page
 
 
+def test_the_same_request_again_after_the_reservation_was_deleted_in_slurm_is_a_new_reservation(
+    app: Flask, client: Any, fake_reservations: FakeReservations
+) -> None:
+    log_in_as(app, client, "alice")
+    post(client, "/reservations/request", form())
+    post(client, "/reservations/request", form())  # a second click: the same reservation, nothing new
+    assert [s.name for s in fake_reservations.created] == ["carme-alice-1"]
+    fake_reservations.items.clear()  # an admin's scontrol delete ReservationName=carme-alice-1
+    resp = post(client, "/reservations/request", form())
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    assert [s.name for s in fake_reservations.created] == ["carme-alice-1", "carme-alice-2"]
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -167,6 +167,8 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     # at once became two rows, each decided without the other. Their open requests are read under the lock.
     lock_user(user.username)
     same = _same_request(user.username, gpus, nodes, start, end)
+    if same is not None and same.status == APPROVED and not state.error and not _held_by_slurm(same, state):
+        same = None  # its reservation was deleted in Slurm (scontrol delete): Slurm is the source of truth
     if same is not None:
         if same.status == PENDING:
             message = f"Request {same.id} for this time is recorded already and waits for an administrator."
@@ -233,6 +235,13 @@ def _same_request(
         ReservationRequest.status.in_((PENDING, APPROVED)),
     )
     return db.session.execute(stmt.order_by(ReservationRequest.id).limit(1)).scalars().first()
+
+
+def _held_by_slurm(row: ReservationRequest, state: ReservationState) -> bool:
+    """Slurm still holds the request's reservation, or this snapshot is older than the approval (another worker's
+    snapshot, up to SCHEDULER_CACHE_SECONDS old, may not show a reservation created a moment ago)."""
+    decided = row.decided_at.timestamp() if row.decided_at else float("inf")
+    return decided >= state.fetched_at or any(r.name == row.name for r in state.reservations)
 
 
 def reservation_partition() -> str | None:
