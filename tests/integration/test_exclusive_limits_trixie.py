@@ -41,17 +41,6 @@ pytestmark = [pytest.mark.slow]
 NODE = "n2411"
 REFUSED = "Job violates accounting/QOS policy"
 HOLDS_ALL = "--exclusive: this job holds all 4 GPUs of its 1 node(s)"
-PLAYBOOK = """\
-- name: Render the slurm role's job_submit.lua
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Template
-      ansible.builtin.template:
-        src: {template}
-        dest: "{{{{ out_dir }}}}/job_submit.lua"
-        mode: "0644"
-"""
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -62,16 +51,14 @@ def _render_lua(root: Path) -> Path:
     """The role's template for the container's one node group (all its CPUs, 4 GPUs) and one default partition."""
     inventory = root / "inventory"
     (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {}}}}))
+    (inventory / "hosts.yml").write_text(json.dumps({"slurm_dbd": {"hosts": {"localhost": {}}}}))
     group = {"name": "gpu", "hosts": [NODE], "cpus": os.cpu_count() or 1, "gpus": 4}
     slurm = {"slurm_node_groups": [group], "slurm_partitions": [{"name": "debug", "node_groups": ["gpu"],
                                                                   "default": True}]}  # fmt: skip
     (inventory / "group_vars" / "all" / "slurm.yml").write_text(json.dumps(slurm))
-    playbook = root / "render_job_submit.yml"
-    playbook.write_text(PLAYBOOK.format(template=REPO_ROOT / "roles/slurm/templates/etc/slurm/job_submit.lua.j2"))
     out = root / "lua"
     out.mkdir()
-    render(inventory, out, playbook=playbook).check()
+    render(inventory, out, playbook=REPO_ROOT / "tests" / "roles" / "render_job_submit.yml").check()
     return out
 
 
