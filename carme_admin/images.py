@@ -23,13 +23,15 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
+from carme_admin.image_apptainer import WHEELHOUSE_IN_IMAGE
+from carme_admin.image_apptainer import Run
+from carme_admin.image_apptainer import build_apptainer
 from carme_runtime.images import image_digest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +212,6 @@ def catalog_text(defs: Sequence[Definition]) -> str:
 
 # -- carme image build ------------------------------------------------------------------------------------------
 RUNTIMES = ("apptainer", "charliecloud")
-WHEELHOUSE_IN_IMAGE = "/opt/carme/wheelhouse"
 
 
 def find(defs: Sequence[Definition], name: str) -> Definition:
@@ -230,33 +231,6 @@ def build_order(defs: Sequence[Definition], name: str) -> list[Definition]:
     return chain
 
 
-def apptainer_definition(defn: Definition, start: Path | None) -> str:
-    """The definition Apptainer builds: the source file, with its ``Bootstrap``/``From`` replaced by
-    ``Bootstrap: localimage`` of ``start`` when given: the parent's SIF (``From: carme/<name>:<version>``), or for a
-    definition without a parent a base root filesystem directory (``--base``: the test bed, where no registry is
-    reachable, builds from ``scripts/image-base.sh``'s tree). Derived at build time, never stored in images/session."""
-    text = defn.path.read_text()
-    if start is None:
-        return text
-    lines = []
-    for line in text.splitlines():
-        key = line.partition(":")[0].strip().lower()
-        if key == "bootstrap":
-            lines.append("Bootstrap: localimage")
-        elif key == "from":
-            lines.append(f"From: {start}")
-        else:
-            lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def apptainer_argv(executable: str, out: Path, definition: Path, wheelhouse: Path) -> list[str]:
-    """``apptainer build --force --bind WHEELHOUSE:/opt/carme/wheelhouse OUT.sif DEF`` (``--bind`` applies to
-    %post during the build)."""
-    bind = f"{wheelhouse}:{WHEELHOUSE_IN_IMAGE}:ro"
-    return [executable, "build", "--force", "--bind", bind, str(out), str(definition)]
-
-
 def post_script(defn: Definition) -> str:
     """%post as one ``sh -e`` script (what Apptainer runs too)."""
     return "\n".join(defn.post) + "\n"
@@ -273,7 +247,6 @@ def environment_file(defn: Definition) -> str:
     return "\n".join(out) + "\n"
 
 
-Run = Callable[[list[str]], None]
 BUILD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -293,20 +266,6 @@ class Built:
     @property
     def reference(self) -> str:
         return f"{self.path}@{self.digest}"
-
-
-def build_apptainer(
-    defn: Definition, dest: Path, wheelhouse: Path, start: Path | None, *, executable: str, run: Run
-) -> Path:
-    """``carme-NAME-VERSION.sif`` in ``dest``; the definition Apptainer was given stays next to it (``.def``). The
-    build reads and writes only under ``dest``, ``wheelhouse`` and ``start``: ``run`` may run it on a node."""
-    out = dest / f"carme-{defn.name}-{defn.version}.sif"
-    definition = dest / f"carme-{defn.name}-{defn.version}.def"
-    definition.write_text(apptainer_definition(defn, start))
-    partial = dest / f".{out.name}.partial"
-    run(apptainer_argv(executable, partial, definition, wheelhouse))
-    os.replace(partial, out)
-    return out
 
 
 def build_charliecloud(defn: Definition, dest: Path, wheelhouse: Path, parent: Path, *, run: Run) -> Path:
@@ -348,11 +307,10 @@ def build(
     executable: str = "apptainer",
     run: Run = run_checked,
     rebuild_parents: bool = False,
+    fakeroot: bool = False,
 ) -> Built:
-    """Build ``name`` (and the images it starts from, when missing) into ``dest``; return it with its digest.
-
-    ``base``: the root filesystem the first definition of the chain starts from (Charliecloud: required; Apptainer:
-    in place of the definition's ``Bootstrap: docker``, for builders without a registry)."""
+    """Build ``name`` (and the images it starts from, when missing) into ``dest``; return it with its digest. ``base``:
+    the root tree the chain starts from (Charliecloud: required; Apptainer: in place of ``Bootstrap: docker``)."""
     if runtime not in RUNTIMES:
         raise DefinitionError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     defs = list(defs if defs is not None else load_all())
@@ -369,7 +327,8 @@ def build(
             parent = target
             continue
         if runtime == "apptainer":
-            parent = build_apptainer(defn, dest, wheelhouse, parent or base, executable=executable, run=run)
+            start = parent or base
+            parent = build_apptainer(defn, dest, wheelhouse, start, executable=executable, run=run, fakeroot=fakeroot)
         else:
             if parent is None and base is None:
                 raise DefinitionError(f"{defn.name}: Charliecloud builds need a base directory (scripts/image-base.sh)")

@@ -215,10 +215,7 @@ def _in_runtime(
         binds.append(Bind(bind, bind))
     gpus = len([g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
     try:
-        if isinstance(runtime, CharliecloudRuntime):  # the working directory is set inside the container
-            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env, workdir=workdir)
-        else:
-            argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env)
+        argv = runtime.wrap(rendered.argv, image=image, binds=binds, gpus=gpus, env=rendered.env, workdir=workdir)
     except (BindNotAllowed, ValueError) as exc:
         raise LaunchError(ExitCode.CONFIG, str(exc)) from exc
     return runtime, argv

@@ -92,9 +92,16 @@ class Runtime(Protocol):
     name: str
 
     def wrap(
-        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        image: str,
+        binds: Sequence[Bind],
+        gpus: int,
+        env: Mapping[str, str],
+        workdir: str = "",
     ) -> list[str]:
-        """The full argv that runs ``argv`` inside this runtime."""
+        """The full argv that runs ``argv`` inside this runtime (in ``workdir``, where the runtime sets it)."""
         ...
 
     def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
@@ -103,6 +110,17 @@ class Runtime(Protocol):
 
 
 class ApptainerRuntime:
+    """``apptainer exec [--nv] --contain --cleanenv --no-eval [--pwd DIR] [--bind ...] IMAGE argv...``, as the user.
+
+    * No ``--fakeroot``, ``--writable`` or setuid: the user keeps her uid (user namespaces, ``allow setuid = no`` in
+      the role's apptainer.conf); ``--contain`` gives a private ``/tmp`` and no automatic home, so what the session
+      sees of the node is exactly the allow-listed binds (home, job scratch, datasets read-only, the socket
+      directory of a socket app, at the same paths inside);
+    * ``--cleanenv``: nothing of the job's environment but ``APPTAINERENV_*`` (:meth:`environment`); ``--no-eval``:
+      those values are taken as they are, never evaluated by a shell in the container (Apptainer >= 1.1);
+    * ``--nv`` only when the job has GPUs (``gpus > 0``); ``--pwd``: the session's working directory.
+    """
+
     name = "apptainer"
 
     def __init__(self, allowed: Iterable[AllowedBind], executable: str = "apptainer") -> None:
@@ -110,7 +128,14 @@ class ApptainerRuntime:
         self.executable = executable
 
     def wrap(
-        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        image: str,
+        binds: Sequence[Bind],
+        gpus: int,
+        env: Mapping[str, str],
+        workdir: str = "",
     ) -> list[str]:
         if not argv:
             raise ValueError("empty argv")
@@ -120,7 +145,11 @@ class ApptainerRuntime:
         cmd = [self.executable, "exec"]
         if gpus > 0:
             cmd.append("--nv")  # binds the driver libraries; without GPUs it only prints warnings
-        cmd += ["--contain", "--cleanenv"]
+        cmd += ["--contain", "--cleanenv", "--no-eval"]
+        if workdir:
+            if not os.path.isabs(workdir) or "\n" in workdir:
+                raise ValueError(f"bad working directory {workdir!r}")
+            cmd += ["--pwd", os.path.normpath(workdir)]
         if checked:
             cmd += ["--bind", ",".join(b.spec() for b in checked)]
         cmd.append(image)
@@ -263,9 +292,17 @@ class NoneRuntime:
         self.prefix = os.path.normpath(prefix)
 
     def wrap(
-        self, argv: Sequence[str], *, image: str, binds: Sequence[Bind], gpus: int, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        image: str,
+        binds: Sequence[Bind],
+        gpus: int,
+        env: Mapping[str, str],
+        workdir: str = "",
     ) -> list[str]:
-        """``image`` and ``binds`` are ignored (no container); argv[0] is resolved in ``<prefix>/bin``."""
+        """``image``, ``binds`` and ``workdir`` are ignored (no container: the launcher starts the app in
+        ``workdir``); argv[0] is resolved in ``<prefix>/bin``."""
         if not argv:
             raise ValueError("empty argv")
         program = argv[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from carme_admin import images
+from carme_admin.image_apptainer import apptainer_argv
 
 DEFS = images.load_all()
 GOOD = """\
@@ -92,7 +93,9 @@ def test_apptainer_build_command_lines_against_the_stand_in(tmp_path: Path) -> N
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c["argv"][:4] for c in calls] == [["build", "--force", "--bind", f"{wheels}:/opt/carme/wheelhouse:ro"]] * 2
     assert calls[0]["argv"][4] == str(dest / ".carme-base-1.0.sif.partial")
-    assert calls[0]["definition"] == (images.DEFINITIONS / "base.def").read_text()
+    setup = '%setup\n    mkdir -p "${APPTAINER_ROOTFS}/opt/carme/wheelhouse"\n\n'
+    assert calls[0]["definition"].replace(setup, "") == (images.DEFINITIONS / "base.def").read_text()
+    assert setup + "%labels" in calls[0]["definition"]  # Apptainer binds the wheelhouse only onto an existing path
     assert "Bootstrap: localimage\nFrom: " + str(dest / "carme-base-1.0.sif") in calls[1]["definition"]
     assert "torch==2.5.1" in calls[1]["definition"]
     assert built.path == dest / "carme-pytorch-1.0.sif"
@@ -121,6 +124,14 @@ def test_apptainer_build_from_a_base_directory_keeps_the_definition_it_built(tmp
     assert calls[1]["argv"][-1] == str(dest / "carme-pytorch-cpu-1.0.def")
     assert (dest / "carme-pytorch-cpu-1.0.def").read_text() == calls[1]["definition"]
     assert built.path == dest / "carme-pytorch-cpu-1.0.sif"
+
+
+def test_fakeroot_build_line() -> None:
+    """A builder that is not real root (the test bed's Debian 13 node: root without CAP_SYS_ADMIN) uses --fakeroot."""
+    argv = apptainer_argv("apptainer", Path("/i/o.sif"), Path("/i/o.def"), Path("/w"), fakeroot=True)
+    assert argv == ["apptainer", "build", "--fakeroot", "--force", "--bind", "/w:/opt/carme/wheelhouse:ro", "/i/o.sif",
+                    "/i/o.def"]  # fmt: skip
+    assert "--fakeroot" not in apptainer_argv("apptainer", Path("/i/o.sif"), Path("/i/o.def"), Path("/w"))
 
 
 def test_build_refuses_a_definition_that_fails_the_rules(tmp_path: Path) -> None:

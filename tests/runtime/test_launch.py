@@ -221,10 +221,11 @@ def test_plan_for_jupyter_in_apptainer(tmp_path: Path) -> None:
     )
     assert plan.app_socket == str(sockets / "app.sock")
     assert f"--ServerApp.sock={sockets}/app.sock" in plan.argv
-    assert plan.argv[:6] == ["apptainer", "exec", "--nv", "--contain", "--cleanenv", "--bind"]
-    assert plan.argv[6] == f"{home}:{home},{sockets}:{sockets}"  # the app's socket directory, seen outside too
-    assert plan.argv[7] == "/opt/images/pytorch.sif"
-    assert plan.argv[8:10] == ["jupyter", "lab"]
+    assert plan.argv[:6] == ["apptainer", "exec", "--nv", "--contain", "--cleanenv", "--no-eval"]
+    assert plan.argv[6:9] == ["--pwd", str(tmp_path), "--bind"]
+    assert plan.argv[9] == f"{home}:{home},{sockets}:{sockets}"  # the app's socket directory, seen outside too
+    assert plan.argv[10] == "/opt/images/pytorch.sif"
+    assert plan.argv[11:13] == ["jupyter", "lab"]
     assert plan.env["APPTAINERENV_JUPYTER_TOKEN"] == APP_SECRET
     assert "CARME_SESSION_SECRET" not in plan.env
     assert not any(SECRET in a for a in plan.argv)

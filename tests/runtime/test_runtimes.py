@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Command lines checked against the documented Apptainer CLI (Apptainer is not installable here)."""
+"""Runtime command lines (Apptainer's also run for real: tests/runtime/test_apptainer_real.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def test_apptainer_exec_line() -> None:
         "--nv",
         "--contain",
         "--cleanenv",
+        "--no-eval",
         "--bind",
         "/home/alice:/home/alice,/scratch/41:/scratch/41,/data/imagenet:/data/imagenet:ro",
         "/opt/images/pytorch.sif",
@@ -36,7 +37,7 @@ def test_apptainer_exec_line() -> None:
 
 def test_apptainer_without_gpus_has_no_nv() -> None:
     argv = ApptainerRuntime(ALLOW).wrap(APP, image="/i.sif", binds=[], gpus=0, env={})
-    assert argv[:4] == ["apptainer", "exec", "--contain", "--cleanenv"]
+    assert argv[:5] == ["apptainer", "exec", "--contain", "--cleanenv", "--no-eval"]
     assert "--bind" not in argv
 
 
@@ -97,4 +98,4 @@ def test_none_runtime_needs_absolute_prefix() -> None:
 
 def test_allowed_bind_prefix() -> None:
     rt = ApptainerRuntime([AllowedBind("/srv/shared/")])
-    assert rt.wrap(["x"], image="/i.sif", binds=[Bind("/srv/shared/a", "/a")], gpus=0, env={})[5] == "/srv/shared/a:/a"
+    assert rt.wrap(["x"], image="/i.sif", binds=[Bind("/srv/shared/a", "/a")], gpus=0, env={})[6] == "/srv/shared/a:/a"
