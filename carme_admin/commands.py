@@ -283,6 +283,8 @@ def cmd_image(args: argparse.Namespace) -> int:
 # -- demo --------------------------------------------------------------------------------------------------
 def _demo_nodes(out: _Output, project: Path, state: str, labels: dict[str, str] | None = None) -> bool:
     extravars: dict[str, Any] = {"demo_nodes_state": state}
+    if state == "present":
+        extravars.update(demo.node_vars(project / demo.DEMO_INVENTORY))  # CARME_RELEASE's image and options
     if labels:
         extravars["demo_nodes_labels"] = labels
     run = PlaybookRun(
@@ -321,7 +323,12 @@ def cmd_demo_up(args: argparse.Namespace, runner: demo.CmdRunner = demo.run_cmd)
     project = find_project_dir()
     inventory = project / demo.DEMO_INVENTORY
     out = _Output(args.json)
-    problem = demo.preflight(demo.node_image(inventory), runner, wheelhouse=project / demo.WHEELHOUSE)
+    try:
+        image = demo.node_vars(inventory)["demo_nodes_image"]
+    except ValueError as exc:  # an unknown CARME_RELEASE
+        sys.stderr.write(f"carme: {exc}\n")
+        return out.done(ExitCode.USAGE)
+    problem = demo.preflight(image, runner, wheelhouse=project / demo.WHEELHOUSE)
     if problem:
         sys.stderr.write(f"carme: {problem}\n")
         return out.done(ExitCode.ERROR)
