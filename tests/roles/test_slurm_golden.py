@@ -20,27 +20,49 @@ from tests.roles.harness import render
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 INVENTORIES = ("demo", "example")
+#: Slurm 24.11 (Debian 13): the same inventories rendered for that series, golden files in
+#: golden/<inventory>/slurm-24.11/ (Debian 12's 22.05 keeps golden/<inventory>/, what a render without facts gives)
+SERIES_24 = ("demo@24.11", "example@24.11")
 
 
-@pytest.fixture(scope="module", params=INVENTORIES)
+def _golden_dir(name: str) -> Path:
+    inventory, _, series = name.partition("@")
+    return GOLDEN_DIR / inventory / f"slurm-{series}" if series else GOLDEN_DIR / inventory
+
+
+@pytest.fixture(scope="module", params=INVENTORIES + SERIES_24)
 def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, RenderResult]:
     name: str = request.param
-    out = tmp_path_factory.mktemp(f"render-{name}")
-    return name, render(REPO_ROOT / "inventories" / name, out).check()
+    inventory, _, series = name.partition("@")
+    out = tmp_path_factory.mktemp(f"render-{inventory}")
+    extra = {"slurm_series": series} if series else None
+    return name, render(REPO_ROOT / "inventories" / inventory, out, extra).check()
 
 
 @pytest.mark.parametrize("filename", CONFIG_FILES)
 def test_rendered_file_matches_golden(rendered: tuple[str, RenderResult], filename: str) -> None:
-    inventory, result = rendered
-    assert_golden(result.text(filename), GOLDEN_DIR / inventory / filename, f"{inventory}/{filename}")
+    name, result = rendered
+    assert_golden(result.text(filename), _golden_dir(name) / filename, f"{name}/{filename}")
 
 
-def test_rendered_files_have_no_timestamp_or_real_secret(rendered: tuple[str, RenderResult]) -> None:
+@pytest.mark.parametrize("rendered", ["example@24.11"], indirect=True)
+def test_24_11_differs_from_22_05_only_where_the_series_does(rendered: tuple[str, RenderResult]) -> None:
+    """Slurm 24.11 (Debian 13): no CgroupAutomount, the pid files in the daemons' runtime directories; the rest is
+    what 22.05 gets."""
     _, result = rendered
-    for filename in CONFIG_FILES:
-        text = result.text(filename)
-        assert text.startswith("#\n# Ansible managed\n#\n"), filename
-        assert "vault_" not in text and "CHANGE-ME" not in text
+    changed = {
+        "cgroup.conf": ({"CgroupAutomount=yes"}, set()),
+        "slurm.conf": (
+            {"SlurmctldPidFile=/run/slurmctld.pid", "SlurmdPidFile=/run/slurmd.pid"},
+            {"SlurmctldPidFile=/run/slurmctld/slurmctld.pid", "SlurmdPidFile=/run/slurm/slurmd.pid"},
+        ),
+        "gres.conf": (set(), set()),
+        "slurmdbd.conf": ({"PidFile=/run/slurmdbd.pid"}, {"PidFile=/run/slurmdbd/slurmdbd.pid"}),
+    }
+    for filename, (only_22, only_24) in changed.items():
+        old = (GOLDEN_DIR / "example" / filename).read_text().splitlines()
+        new = result.text(filename).splitlines()
+        assert (set(old) - set(new), set(new) - set(old)) == (only_22, only_24), filename
 
 
 @pytest.mark.parametrize("rendered", ["example"], indirect=True)
