@@ -16,7 +16,7 @@ export CARME_NODE_IMAGE ?= localhost/carme-node:$(if $(filter trixie,$(CARME_REL
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests axe host image wheelhouse venv bench clean
+.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie axe host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
@@ -127,6 +127,16 @@ e2e: demo ## the browser end-to-end tests against the demo (brought up first); a
 
 e2e-tests: venv axe ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
 	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e tests/reliability
+
+# The opt-in Debian 13 tests, not part of `make test`: Slurm 24.11's slurmrestd (the adapter, auto -> v0.0.42) and its
+# GPU limits for whole-node jobs, and Apptainer; each starts throwaway containers from the trixie node image (build it
+# first: CARME_RELEASE=trixie make image). A missing image fails here; a skip inside a test fails too (CARME_REQUIRED).
+TRIXIE_IMAGE := localhost/carme-node:debian13
+TRIXIE_TESTS := tests/integration/test_slurmrestd_trixie.py tests/integration/test_exclusive_limits_trixie.py \
+  $(wildcard tests/runtime/test_apptainer_real.py)
+test-trixie: venv ## the opt-in Debian 13 / Slurm 24.11 tests (needs the image localhost/carme-node:debian13)
+	podman image exists $(TRIXIE_IMAGE) || { echo "no image $(TRIXIE_IMAGE): CARME_RELEASE=trixie make image" >&2; exit 1; }
+	CARME_SLURM2411_TESTS=1 CARME_REQUIRED=1 pytest -q $(TRIXIE_TESTS)
 
 # axe-core from npm (pinned in the script, installed once into the git-ignored .cache/axe): the accessibility audit
 # the browser tests run in the portal's pages (tests/fixtures/axe.py)
