@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Whole-node jobs against GPU limits on the live demo (issue 33): plain ``sbatch --exclusive`` as alice.
+
+The demo's nodes have 2 CPUs and 2 GPUs each; alice may hold 2 GPUs at once (QOS ``normal`` and her association),
+1 in QOS ``interactive`` (inventories/demo/group_vars/all/slurm.yml). The slurm role's job_submit.lua counts an
+exclusive job as every GPU of its nodes at submit (roles/slurm/README.md "Limits"), so:
+
+* ``sbatch -n4 --exclusive`` (2 whole nodes, 4 GPUs; what Slurm's own test suite found pending forever as
+  ``QOSMaxGRESPerUser``) is refused at submit, naming the limit and saying that the job holds all 4 GPUs;
+* ``sbatch --qos=interactive --exclusive`` (one node, 2 GPUs, over the session QOS's 1) is refused the same way;
+* ``sbatch --exclusive`` (one node, 2 GPUs, within her limits) runs and holds both GPUs of its node.
+
+alice's jobs are cancelled at the end. Uses the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo
+unless ``CARME_E2E_REQUIRED=1``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.demo import Demo
+from tests.fixtures.demo import on_head
+
+pytestmark = pytest.mark.e2e
+
+USER = "alice"
+REFUSED = "Job violates accounting/QOS policy"
+LIMITS = ("QOSMaxGRESPerUser", "AssocGrpGRES")
+
+
+def sbatch(*args: str) -> tuple[int | None, str]:
+    """Plain sbatch as alice; (job id, sbatch's messages) when accepted, (None, its error) when refused."""
+    argv = ["runuser", "-u", USER, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--mem=100",
+            "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
+    proc = on_head(*argv)
+    if proc.returncode == 0:
+        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
+    return None, proc.stderr.strip()
+
+
+def job_fields(job: int) -> dict[str, str]:
+    out = on_head("scontrol", "show", "job", "-o", str(job)).stdout
+    return dict(token.split("=", 1) for token in out.split() if "=" in token)
+
+
+@pytest.fixture
+def clean(demo: Demo) -> Iterator[Demo]:
+    on_head("scancel", "-u", USER)
+    try:
+        yield demo
+    finally:
+        on_head("scancel", "-u", USER)
+        time.sleep(3)
+
+
+@pytest.mark.parametrize(
+    ("args", "holds"),
+    [(("-n4",), "all 4 GPUs of its 2 node(s)"), (("--qos=interactive",), "all 2 GPUs of its 1 node(s)")],
+    ids=["two-nodes", "session-qos"],
+)
+def test_exclusive_over_the_gpu_limit_is_refused_at_submit(clean: Demo, args: tuple[str, ...], holds: str) -> None:
+    job, error = sbatch("--exclusive", *args)
+    assert job is None, f"sbatch --exclusive {' '.join(args)} was accepted: {job_fields(job)}"
+    assert REFUSED in error and any(limit in error for limit in LIMITS) and holds in error, error
+
+
+def test_exclusive_within_the_limits_runs_with_both_gpus_of_its_node(clean: Demo) -> None:
+    job, messages = sbatch("--exclusive")
+    assert job is not None, messages
+    deadline = time.monotonic() + 90
+    fields = job_fields(job)
+    while fields.get("JobState") != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(1)
+        fields = job_fields(job)
+    assert fields.get("JobState") == "RUNNING", fields
+    assert "gres/gpu=2" in fields.get("TRES", ""), fields
