@@ -11,6 +11,7 @@ against the QOS and association GPU limits only when it schedules the job: witho
   refused at submit with ``QOSMaxGRESPerUser`` and the script's line saying that the job holds all 4 GPUs; over the
   association's ``GrpTRES`` it is refused with ``AssocGrpGRES``;
 * within the limits (a QOS of 4 GPUs per user) it runs and holds the 4 GPUs, as it would without the script;
+* a partition with ``OverSubscribe=EXCLUSIVE`` makes a plain ``sbatch`` count the same way;
 * jobs that share nodes are not changed: ``--gres=gpu:1`` and ``--exclusive=user`` keep what they ask for.
 
 bob's association is restored and the QOS are deleted at the end.
@@ -32,7 +33,7 @@ USER = "bob"
 NARROW = "exc-narrow"  # 2 GPUs per user: fewer than one node has
 WIDE = "exc-wide"  # 4 GPUs per user: one whole node
 REFUSED = "Job violates accounting/QOS policy"
-HOLDS_ALL = "--exclusive: this job holds all 4 GPUs of its 1 node(s)"
+HOLDS_ALL = "a whole-node job (--exclusive) holds all 4 GPUs of its 1 node(s)"
 
 
 def sacctmgr_user(cluster: HostSlurm, *settings: str) -> None:
@@ -115,6 +116,16 @@ def test_exclusive_over_the_association_gpu_total_is_refused_at_submit(queue: Ho
     finally:
         sacctmgr_user(queue, "GrpTRES=gres/gpu=4")
     assert job is None and "AssocGrpGRES" in error and REFUSED in error, error
+
+
+def test_every_job_of_an_exclusive_partition_counts_as_whole_nodes(queue: HostSlurm) -> None:
+    """``OverSubscribe=EXCLUSIVE`` makes every job of the partition exclusive, ``--exclusive`` or not."""
+    queue.run(["scontrol", "update", "PartitionName=debug", "OverSubscribe=EXCLUSIVE"])
+    try:
+        job, error = submit(queue)
+    finally:
+        queue.run(["scontrol", "update", "PartitionName=debug", "OverSubscribe=NO"])
+    assert job is None and "QOSMaxGRESPerUser" in error and HOLDS_ALL in error, error
 
 
 def test_exclusive_within_the_limits_runs_with_every_gpu_of_its_node(queue: HostSlurm) -> None:

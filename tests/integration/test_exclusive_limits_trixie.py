@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow]
 
 NODE = "n2411"
 REFUSED = "Job violates accounting/QOS policy"
-HOLDS_ALL = "--exclusive: this job holds all 4 GPUs of its 1 node(s)"
+HOLDS_ALL = "a whole-node job (--exclusive) holds all 4 GPUs of its 1 node(s)"
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

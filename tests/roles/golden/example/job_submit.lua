@@ -89,8 +89,8 @@ function slurm_job_submit(job, part_list, submit_uid)
   else
     return slurm.SUCCESS
   end
-  slurm.log_user("--exclusive: this job holds all %d GPUs of its %d node(s); they count against your GPU limits",
-                 nodes * part.gpus, nodes)
+  slurm.log_user("a whole-node job (--exclusive) holds all %d GPUs of its %d node(s); " ..
+                 "they count against your GPU limits", nodes * part.gpus, nodes)
   return slurm.SUCCESS
 end
 
