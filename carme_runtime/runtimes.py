@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Container runtimes behind one interface.
 
-* :class:`ApptainerRuntime` (production default): ``apptainer exec --nv --contain --cleanenv
-  --bind src:dst[:ro],... IMAGE argv...``. Binds come only from an allow-list (the user's home, the job's
-  scratch, dataset directories from the site config); anything else raises :class:`BindNotAllowed`.
+* :class:`ApptainerRuntime` (the configuration's default runtime): ``apptainer exec [--nv] --contain --cleanenv
+  --no-eval [--pwd DIR] --bind src:dst[:ro],... IMAGE argv...``. Binds come only from an allow-list (the user's home,
+  the job's scratch, dataset directories from the site config); anything else raises :class:`BindNotAllowed`.
   With ``--cleanenv`` the host environment is dropped, so :meth:`ApptainerRuntime.environment` passes the
   app's variables as ``APPTAINERENV_<NAME>`` (Apptainer's documented way; unlike ``--env`` it keeps
   secrets off the command line).
@@ -15,10 +15,8 @@
 * :class:`NoneRuntime`: run on the node inside a venv/conda prefix: ``<prefix>/bin`` goes first on
   ``PATH`` and the program is resolved there; no shell, no ``activate`` script.
 
-Apptainer is not installable on the project's CI machines: these command lines are checked against the
-Apptainer CLI documentation (``apptainer exec`` options ``--nv``, ``--contain``, ``--cleanenv``,
-``--bind src[:dest[:opts]]``), not against a running Apptainer. Charliecloud's command lines run for real in a
-test-bed node (``tests/runtime/test_charliecloud_real.py``).
+Both run for real in test-bed nodes: Apptainer 1.4.5 in a Debian 13 node (``tests/runtime/test_apptainer_real.py``),
+Charliecloud in a Debian 12 one (``tests/runtime/test_charliecloud_real.py``).
 """
 
 from __future__ import annotations

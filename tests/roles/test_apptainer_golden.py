@@ -48,7 +48,7 @@ def test_unprivileged_by_default_with_inventory_binds_and_image_dirs(rendered: s
     conf = settings(rendered)
     assert conf["allow setuid"] == ["no"]
     assert conf["bind path"] == ["/etc/localtime", "/etc/hosts"]
-    assert conf["limit container paths"] == ["/srv/carme/images"]
+    assert "limit container paths" not in conf  # unprivileged: it would refuse every unpacked SIF (Apptainer 1.4.5)
     assert conf["always use nv"] == ["no"]  # --nv per session, from carme-launch
     assert conf["user bind control"] == ["yes"]  # carme-launch binds home, scratch, datasets
     assert conf["shared loop devices"] == ["yes"] and conf["mksquashfs procs"] == ["4"]
@@ -56,4 +56,6 @@ def test_unprivileged_by_default_with_inventory_binds_and_image_dirs(rendered: s
 
 
 def test_setuid_only_when_asked(tmp_path: Path) -> None:
-    assert settings(render_conf(tmp_path, {"apptainer_setuid": True}))["allow setuid"] == ["yes"]
+    conf = settings(render_conf(tmp_path, {"apptainer_setuid": True}))
+    assert conf["allow setuid"] == ["yes"]
+    assert conf["limit container paths"] == ["/srv/carme/images"]  # enforced there
