@@ -6,6 +6,8 @@ node in tests/runtime/test_apptainer_real.py."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -109,7 +111,9 @@ def test_an_altered_sif_is_refused_with_its_reason_published(tmp_path: Path) -> 
     digest = "sha256:" + hashlib.sha256(b"SIF built").hexdigest()
     published: list[list[str]] = []
 
-    def runner(argv: list[str], **_: object) -> tuple[int, str, str]:
+    def runner(
+        argv: Sequence[str], *, input_text: str | None = None, env: Mapping[str, str] | None = None
+    ) -> tuple[int, str, str]:
         published.append(list(argv))
         return 0, "", ""
 
