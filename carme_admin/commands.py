@@ -103,7 +103,17 @@ def _add_image(commands: Any) -> None:
                        help="directory every node sees (shared or copied), default /var/lib/carme/images")  # fmt: skip
     build.add_argument("--wheelhouse", type=Path, default=Path("/var/cache/carme/wheelhouse"),
                        help="wheels and archives to install from (bound at /opt/carme/wheelhouse)")  # fmt: skip
-    build.add_argument("--base", type=Path, help="Charliecloud: base directory (default: scripts/image-base.sh)")
+    build.add_argument(
+        "--base", type=Path,
+        help="base root filesystem directory (Charliecloud: default scripts/image-base.sh; Apptainer: replaces "
+        "the first definition's Bootstrap: docker, for builders without a registry; with --fakeroot its /dev must "
+        "be empty)",
+    )  # fmt: skip
+    build.add_argument(
+        "--fakeroot", action="store_true",
+        help="Apptainer: build with --fakeroot (a builder that is not real root, e.g. root in an unprivileged "
+        "container; needs a range for the user in /etc/subuid and /etc/subgid)",
+    )  # fmt: skip
     build.add_argument("--apptainer", default="apptainer", help="the apptainer executable")
     build.add_argument(
         "--register", metavar="CMD",
@@ -263,7 +273,7 @@ def cmd_image(args: argparse.Namespace) -> int:
             done = subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True)
             base = Path(done.stdout.strip().splitlines()[-1])
         built = images.build(args.name, args.runtime, args.dest, args.wheelhouse, defs=defs, base=base,
-                             executable=args.apptainer)  # fmt: skip
+                             executable=args.apptainer, fakeroot=args.fakeroot)  # fmt: skip
     except images.DefinitionError as exc:
         sys.stderr.write(f"carme: error: {exc}\n")
         return ExitCode.USAGE

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from carme_admin import commands
 from carme_admin import images
 from carme_admin.image_apptainer import apptainer_argv
 
@@ -161,3 +162,24 @@ def test_charliecloud_build_steps(tmp_path: Path) -> None:
     labels = json.loads((built.path / "ch" / "labels.json").read_text())
     assert labels["carme.apps"] == "jupyterlab,code-server,tensorboard"
     assert built.digest.startswith("sha256:")
+
+
+def test_carme_image_build_passes_fakeroot_and_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`carme image build base --runtime apptainer --fakeroot --base DIR` (the test bed's Debian 13 node) reaches
+    images.build; without --fakeroot it is off (the stand-in's command lines: test_fakeroot_build_line)."""
+    seen: list[dict[str, object]] = []
+
+    def build(name: str, runtime: str, dest: Path, wheelhouse: Path, **kwargs: object) -> images.Built:
+        seen.append({"name": name, "runtime": runtime, **kwargs})
+        return images.Built(next(d for d in DEFS if d.name == name), dest / "carme-base-1.0.sif", "sha256:0")
+
+    monkeypatch.setattr(images, "build", build)
+    base = tmp_path / "base-bookworm"
+    argv = ["image", "build", "base", "--runtime", "apptainer", "--dest", str(tmp_path), "--base", str(base)]
+    assert commands.main([*argv, "--fakeroot"]) == 0
+    assert commands.main(argv) == 0
+    assert [(s["runtime"], s["base"], s["fakeroot"]) for s in seen] == [("apptainer", base, True),
+                                                                         ("apptainer", base, False)]  # fmt: skip
+    assert "image-ensure base" in capsys.readouterr().out
