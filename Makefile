@@ -134,9 +134,9 @@ e2e-tests: venv axe ## the browser end-to-end and reliability tests against the 
 TRIXIE_IMAGE := localhost/carme-node:debian13
 TRIXIE_TESTS := tests/integration/test_slurmrestd_trixie.py tests/integration/test_exclusive_limits_trixie.py \
   $(wildcard tests/runtime/test_apptainer_real.py)
-test-trixie: venv ## the opt-in Debian 13 / Slurm 24.11 tests (needs the image localhost/carme-node:debian13)
+test-trixie: venv ## the opt-in Debian 13 tests: Slurm 24.11, Apptainer (needs the image localhost/carme-node:debian13)
 	podman image exists $(TRIXIE_IMAGE) || { echo "no image $(TRIXIE_IMAGE): CARME_RELEASE=trixie make image" >&2; exit 1; }
-	CARME_SLURM2411_TESTS=1 CARME_REQUIRED=1 pytest -q $(TRIXIE_TESTS)
+	CARME_SLURM2411_TESTS=1 CARME_APPTAINER_TESTS=1 CARME_REQUIRED=1 pytest -q $(TRIXIE_TESTS)
 
 # axe-core from npm (pinned in the script, installed once into the git-ignored .cache/axe): the accessibility audit
 # the browser tests run in the portal's pages (tests/fixtures/axe.py)
