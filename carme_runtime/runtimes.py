@@ -22,11 +22,12 @@ Charliecloud in a Debian 12 one (``tests/runtime/test_charliecloud_real.py``).
 from __future__ import annotations
 
 import os
+from abc import ABC
+from abc import abstractmethod
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 RUNTIME_NAMES = ("apptainer", "charliecloud", "none")
 
@@ -86,7 +87,9 @@ def check_binds(binds: Iterable[Bind], allowed: Iterable[AllowedBind]) -> list[B
     return out
 
 
-class Runtime(Protocol):
+class Runtime(ABC):
+    """The interface: :meth:`wrap` (the command line, the same call for every runtime) and :meth:`environment`."""
+
     name: str
 
     def wrap(
@@ -99,15 +102,22 @@ class Runtime(Protocol):
         env: Mapping[str, str],
         workdir: str = "",
     ) -> list[str]:
-        """The full argv that runs ``argv`` inside this runtime (in ``workdir``, where the runtime sets it)."""
-        ...
+        """The full argv that runs ``argv`` inside this runtime (in ``workdir``, where the runtime sets it). ``env``
+        reaches the app through :meth:`environment`, never the command line."""
+        if not argv:
+            raise ValueError("empty argv")
+        return self.command(list(argv), image, binds, gpus, workdir)
 
+    @abstractmethod
+    def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
+        """This runtime's command line for a non-empty ``argv`` (:meth:`wrap`)."""
+
+    @abstractmethod
     def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
         """Environment of the runtime process: ``base`` plus the app's ``env`` as this runtime needs it."""
-        ...
 
 
-class ApptainerRuntime:
+class ApptainerRuntime(Runtime):
     """``apptainer exec [--nv] --contain --cleanenv --no-eval [--pwd DIR] [--bind ...] IMAGE argv...``, as the user.
 
     * No ``--fakeroot``, ``--writable`` or setuid: the user keeps her uid (user namespaces, ``allow setuid = no`` in
@@ -125,18 +135,7 @@ class ApptainerRuntime:
         self.allowed = list(allowed)
         self.executable = executable
 
-    def wrap(
-        self,
-        argv: Sequence[str],
-        *,
-        image: str,
-        binds: Sequence[Bind],
-        gpus: int,
-        env: Mapping[str, str],
-        workdir: str = "",
-    ) -> list[str]:
-        if not argv:
-            raise ValueError("empty argv")
+    def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
         if not image or image.startswith("-") or "\n" in image:
             raise ValueError(f"bad image {image!r}")
         checked = check_binds(binds, self.allowed)
@@ -151,7 +150,7 @@ class ApptainerRuntime:
         if checked:
             cmd += ["--bind", ",".join(b.spec() for b in checked)]
         cmd.append(image)
-        cmd += list(argv)
+        cmd += argv
         return cmd
 
     def environment(self, env: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
@@ -169,7 +168,7 @@ CONTAINER_PATH = "/opt/carme/env/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
 SHARED_TMP = "/tmp"
 
 
-class CharliecloudRuntime:
+class CharliecloudRuntime(Runtime):
     """Charliecloud's ``ch-run``: unprivileged, the image a directory (or a SquashFS file where squashfuse works).
 
     * Home: ``--home`` binds ``$HOME`` at ``/home/$USER`` (over a tmpfs on ``/home``); a bind of the home
@@ -230,18 +229,7 @@ class CharliecloudRuntime:
             "definition (ch-run cannot create it in a read-only image)"
         )
 
-    def wrap(
-        self,
-        argv: Sequence[str],
-        *,
-        image: str,
-        binds: Sequence[Bind],
-        gpus: int,
-        env: Mapping[str, str],
-        workdir: str = "",
-    ) -> list[str]:
-        if not argv:
-            raise ValueError("empty argv")
+    def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
         if not image or image.startswith("-") or "\n" in image or not os.path.isabs(image):
             raise ValueError(f"bad image {image!r} (an absolute path to an image directory or SquashFS file)")
         if not self.user or "/" in self.user or self.user.startswith("."):
@@ -279,7 +267,7 @@ class CharliecloudRuntime:
         return out
 
 
-class NoneRuntime:
+class NoneRuntime(Runtime):
     """No container: a venv or conda prefix on the node (sites without containers, the demo)."""
 
     name = "none"
@@ -289,20 +277,9 @@ class NoneRuntime:
             raise ValueError(f"environment prefix {prefix!r} must be absolute")
         self.prefix = os.path.normpath(prefix)
 
-    def wrap(
-        self,
-        argv: Sequence[str],
-        *,
-        image: str,
-        binds: Sequence[Bind],
-        gpus: int,
-        env: Mapping[str, str],
-        workdir: str = "",
-    ) -> list[str]:
+    def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
         """``image``, ``binds`` and ``workdir`` are ignored (no container: the launcher starts the app in
         ``workdir``); argv[0] is resolved in ``<prefix>/bin``."""
-        if not argv:
-            raise ValueError("empty argv")
         program = argv[0]
         if "/" not in program:
             program = os.path.join(self.prefix, "bin", program)
