@@ -2,8 +2,8 @@
 """Whole-node jobs against GPU limits on Slurm 24.11 (Debian 13), with plain ``sbatch --exclusive``.
 
 The same checks as tests/integration/test_exclusive_limits.py (Slurm 22.05 on the host), against a one-node Slurm
-24.11 with accounting and 4 fake GPUs in a ``localhost/carme-node:debian13`` container
-(tests/integration/data/slurm2411-limits-setup.sh), running the slurm role's job_submit.lua rendered from the role's
+24.11 with accounting and 4 fake GPUs in a ``localhost/carme-node:debian13`` container (tests/fixtures/slurm2411.py:
+tests/integration/data/slurm2411-setup.sh limits), running the slurm role's job_submit.lua rendered from the role's
 template for that node. Opt-in, like the other 24.11 container tests (a container and a Slurm of its own): runs only
 with ``CARME_SLURM2411_TESTS=1`` and the image present, otherwise skipped at collection. The container is
 ``carme-h-limits-<pid>``, removed at the end.
@@ -13,38 +13,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-IMAGE = "localhost/carme-node:debian13"
-HERE = Path(__file__).parent
+from tests.fixtures.slurm2411 import require_opt_in
 
+require_opt_in()
 
-def _image_present() -> bool:
-    if not shutil.which("podman"):
-        return False
-    return subprocess.run(["podman", "image", "exists", IMAGE], check=False, timeout=30).returncode == 0
-
-
-if os.environ.get("CARME_SLURM2411_TESTS") != "1" or not _image_present():
-    pytest.skip(f"opt-in: CARME_SLURM2411_TESTS=1 and the image {IMAGE}", allow_module_level=True)
-
+from tests.fixtures.slurm2411 import NODE  # noqa: E402
+from tests.fixtures.slurm2411 import podman  # noqa: E402
+from tests.fixtures.slurm2411 import slurm2411_node  # noqa: E402
 from tests.roles.harness import REPO_ROOT  # noqa: E402
 from tests.roles.harness import render  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
-NODE = "n2411"
 REFUSED = "Job violates accounting/QOS policy"
 HOLDS_ALL = "a whole-node job (--exclusive) holds all 4 GPUs of its 1 node(s)"
-
-
-def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True, timeout=180)
 
 
 def _render_lua(root: Path) -> Path:
@@ -65,29 +52,21 @@ def _render_lua(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     lua = _render_lua(tmp_path_factory.mktemp("limits"))
-    name = f"carme-h-limits-{os.getpid()}"
-    _podman("run", "-d", "--rm", "--name", name, "--hostname", NODE, "--cap-add", "MKNOD",
-            "-v", f"{HERE / 'data'}:/setup:ro,Z", "-v", f"{lua}:/lua:ro,Z", IMAGE, "sleep", "infinity")  # fmt: skip
-    try:
-        setup = _podman("exec", name, "bash", "/setup/slurm2411-limits-setup.sh", check=False)
-        assert setup.returncode == 0, setup.stdout + setup.stderr
-        assert "24.11" in setup.stdout, setup.stdout
+    with slurm2411_node("carme-h-limits", "limits", "--cap-add", "MKNOD", "-v", f"{lua}:/lua:ro,Z") as name:
         yield name
-    finally:
-        _podman("rm", "-f", "-t", "0", name, check=False)
 
 
 def sbatch(node: str, *args: str) -> tuple[int | None, str]:
     argv = ["exec", node, "runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
             "--mem=100", "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
-    proc = _podman(*argv, check=False)
+    proc = podman(*argv, check=False)
     if proc.returncode == 0:
         return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
     return None, proc.stderr.strip()
 
 
 def job_fields(node: str, job: int) -> dict[str, str]:
-    out = _podman("exec", node, "scontrol", "show", "job", "-o", str(job), check=False).stdout
+    out = podman("exec", node, "scontrol", "show", "job", "-o", str(job), check=False).stdout
     return dict(token.split("=", 1) for token in out.split() if "=" in token)
 
 
@@ -106,8 +85,8 @@ def test_exclusive_within_the_limits_and_shared_jobs_run_on_24_11(node: str) -> 
     assert whole is not None and HOLDS_ALL in messages, messages
     fields = job_fields(node, whole)
     assert "gres/gpu=4" in fields.get("TRES", "") or "gres/gpu=4" in fields.get("ReqTRES", ""), fields
-    _podman("exec", node, "scancel", str(whole))
+    podman("exec", node, "scancel", str(whole))
     shared, messages = sbatch(node, "--gres=gpu:1")
     assert shared is not None and HOLDS_ALL not in messages, messages
     assert "gres/gpu=1" in job_fields(node, shared).get("ReqTRES", ""), job_fields(node, shared)
-    _podman("exec", node, "scancel", str(shared))
+    podman("exec", node, "scancel", str(shared))

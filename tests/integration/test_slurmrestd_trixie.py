@@ -5,37 +5,27 @@ Opt-in (a container start and a Slurm of its own: tens of seconds): runs only wi
 image ``localhost/carme-node:debian13`` present (``CARME_RELEASE=trixie make image``); otherwise the module is skipped
 at collection, so ``make test`` neither waits for it nor counts it. ``CARME_CAPTURE_SLURMRESTD=1`` also writes the raw
 answers of v0.0.40, v0.0.41 and v0.0.42 into tests/fixtures/slurmrestd/<version>/ (read by
-tests/runtime/test_slurmrest.py). The container (``carme-h-restapi-<pid>``) runs
-tests/integration/data/slurm2411-setup.sh: slurmctld, slurmd, slurmrestd (auth/jwt), no accounting.
+tests/runtime/test_slurmrest.py). The container (``carme-h-restapi-<pid>``, tests/fixtures/slurm2411.py) runs
+tests/integration/data/slurm2411-setup.sh restd: slurmctld, slurmd, slurmrestd (auth/jwt), no accounting.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-IMAGE = "localhost/carme-node:debian13"
-HERE = Path(__file__).parent
-FIXTURES = HERE.parent / "fixtures" / "slurmrestd"
+from tests.fixtures.slurm2411 import require_opt_in
 
-
-def _image_present() -> bool:
-    if not shutil.which("podman"):
-        return False
-    return subprocess.run(["podman", "image", "exists", IMAGE], check=False, timeout=30).returncode == 0
-
-
-if os.environ.get("CARME_SLURM2411_TESTS") != "1" or not _image_present():
-    pytest.skip(f"opt-in: CARME_SLURM2411_TESTS=1 and the image {IMAGE}", allow_module_level=True)
+require_opt_in()
 
 from carme_runtime import slurmrest  # noqa: E402
 from tests.fixtures.net import free_port  # noqa: E402
+from tests.fixtures.slurm2411 import podman  # noqa: E402
+from tests.fixtures.slurm2411 import slurm2411_node  # noqa: E402
 from webui.reservations.slurm import parse_reservation  # noqa: E402
 from webui.slurm.client import SlurmClient  # noqa: E402
 from webui.slurm.jwt_tokens import TokenSource  # noqa: E402
@@ -43,28 +33,18 @@ from webui.slurm.records import parse_job  # noqa: E402
 from webui.slurm.records import parse_node  # noqa: E402
 from webui.slurm.records import parse_partition  # noqa: E402
 
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "slurmrestd"
 pytestmark = [pytest.mark.slow]
-
-
-def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")
 def restd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
     """(slurmrestd URL, JWT key file, container name)."""
-    name, port = f"carme-h-restapi-{os.getpid()}", free_port()
-    _podman("run", "-d", "--rm", "--name", name, "--hostname", "n2411", "-p", f"127.0.0.1:{port}:6820",
-            "-v", f"{HERE / 'data'}:/setup:ro,Z", IMAGE, "sleep", "infinity")  # fmt: skip
-    try:
-        setup = _podman("exec", name, "bash", "/setup/slurm2411-setup.sh", check=False)
-        assert setup.returncode == 0, setup.stdout + setup.stderr
-        assert "24.11" in setup.stdout, setup.stdout
+    port = free_port()
+    with slurm2411_node("carme-h-restapi", "restd", "-p", f"127.0.0.1:{port}:6820") as name:
         key = tmp_path_factory.mktemp("jwt") / "jwt.key"
-        _podman("cp", f"{name}:/etc/slurm/jwt_hs256.key", str(key))
+        podman("cp", f"{name}:/etc/slurm/jwt_hs256.key", str(key))
         yield f"http://127.0.0.1:{port}", key, name
-    finally:
-        _podman("rm", "-f", "-t", "0", name, check=False)
 
 
 def test_the_adapter_speaks_24_11(restd: tuple[str, Path, str]) -> None:
@@ -91,7 +71,7 @@ def test_the_adapter_speaks_24_11(restd: tuple[str, Path, str]) -> None:
     assert job.comment == "carme:v1;app=x;state=submitted" and job.state in ("PENDING", "RUNNING")
     client.update_job("alice", job_id, {"time_limit": 20})  # a user may lower her own job's limit
     assert {parse_job(r).job_id: parse_job(r) for r in client.jobs("alice")}[job_id].time_limit_minutes == 20
-    _podman("exec", name, "scontrol", "create", "reservation", "ReservationName=carme-bob-7", "StartTime=now+1day",
+    podman("exec", name, "scontrol", "create", "reservation", "ReservationName=carme-bob-7", "StartTime=now+1day",
             "Duration=60", "Users=bob", "Nodes=n2411")  # fmt: skip
     (res,) = [parse_reservation(r) for r in client.reservations("alice")]
     assert res.users == ("bob",) and res.nodes == ("n2411",) and res.request_id() == 7
