@@ -10,35 +10,24 @@ exclusive job as every GPU of its nodes at submit (roles/slurm/README.md "Limits
 * ``sbatch --qos=interactive --exclusive`` (one node, 2 GPUs, over the session QOS's 1) is refused the same way;
 * ``sbatch --exclusive`` (one node, 2 GPUs, within her limits) runs and holds both GPUs of its node.
 
-alice's jobs are cancelled at the end. Uses the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo
-unless ``CARME_E2E_REQUIRED=1``.
+alice's jobs are cancelled at the end (``sbatch`` and the ``clean`` fixture of test_promises_limits_e2e.py). Uses
+the ``demo`` fixture (tests/fixtures/demo.py): skips without a demo unless ``CARME_E2E_REQUIRED=1``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.demo import Demo
+from tests.e2e.test_promises_limits_e2e import REFUSED
+from tests.e2e.test_promises_limits_e2e import clean  # noqa: F401 (a fixture, used by name)
+from tests.e2e.test_promises_limits_e2e import sbatch
 from tests.fixtures.demo import on_head
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("clean")]
 
-USER = "alice"
-REFUSED = "Job violates accounting/QOS policy"
 LIMITS = ("QOSMaxGRESPerUser", "AssocGrpGRES")
-
-
-def sbatch(*args: str) -> tuple[int | None, str]:
-    """Plain sbatch as alice; (job id, sbatch's messages) when accepted, (None, its error) when refused."""
-    argv = ["runuser", "-u", USER, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--mem=100",
-            "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
-    proc = on_head(*argv)
-    if proc.returncode == 0:
-        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
-    return None, proc.stderr.strip()
 
 
 def job_fields(job: int) -> dict[str, str]:
@@ -46,29 +35,19 @@ def job_fields(job: int) -> dict[str, str]:
     return dict(token.split("=", 1) for token in out.split() if "=" in token)
 
 
-@pytest.fixture
-def clean(demo: Demo) -> Iterator[Demo]:
-    on_head("scancel", "-u", USER)
-    try:
-        yield demo
-    finally:
-        on_head("scancel", "-u", USER)
-        time.sleep(3)
-
-
 @pytest.mark.parametrize(
     ("args", "holds"),
     [(("-n4",), "all 4 GPUs of its 2 node(s)"), (("--qos=interactive",), "all 2 GPUs of its 1 node(s)")],
     ids=["two-nodes", "session-qos"],
 )
-def test_exclusive_over_the_gpu_limit_is_refused_at_submit(clean: Demo, args: tuple[str, ...], holds: str) -> None:
-    job, error = sbatch("--exclusive", *args)
+def test_exclusive_over_the_gpu_limit_is_refused_at_submit(args: tuple[str, ...], holds: str) -> None:
+    job, error = sbatch("--exclusive", *args, "--time=5")
     assert job is None, f"sbatch --exclusive {' '.join(args)} was accepted: {job_fields(job)}"
     assert REFUSED in error and any(limit in error for limit in LIMITS) and holds in error, error
 
 
-def test_exclusive_within_the_limits_runs_with_both_gpus_of_its_node(clean: Demo) -> None:
-    job, messages = sbatch("--exclusive")
+def test_exclusive_within_the_limits_runs_with_both_gpus_of_its_node() -> None:
+    job, messages = sbatch("--exclusive", "--time=5")
     assert job is not None, messages
     deadline = time.monotonic() + 90
     fields = job_fields(job)

@@ -33,11 +33,13 @@ REFUSED = "Job violates accounting/QOS policy"
 
 
 def sbatch(*args: str, seconds: int = 300) -> tuple[int | None, str]:
+    """Plain sbatch as alice; (job id, sbatch's messages) when accepted, (None, its error) when refused (also used
+    by test_exclusive_limits_e2e.py, with the ``clean`` fixture)."""
     argv = ["runuser", "-u", USER, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--mem=100",
             *args, f"--wrap=sleep {seconds}"]  # fmt: skip
     proc = on_head(*argv)
     if proc.returncode == 0:
-        return int(proc.stdout.strip().split(";")[0]), ""
+        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
     return None, proc.stderr.strip()
 
 
