@@ -8,7 +8,7 @@ upgraded). Then, at every look (about every 3 s):
 * the portal answers 200 (never a 5xx) and lists the session in Slurm's real state: RUNNING, never PENDING again
   (not requeued behind her back);
 * her app answers 200 through the proxy all along: her work is not interrupted;
-* within ``NOTICED_S`` (slurmctld pings nodes every SlurmdTimeout/3 seconds) the portal says the node is not
+* within ``NOTICED_S`` (at most two of slurmctld's ping intervals, SlurmdTimeout/3 each) the portal says the node is not
   responding and offers no Connect.
 
 slurmd is started again. Within ``BACK_S`` the node answers slurmctld again, the same job is still RUNNING with no
@@ -38,8 +38,10 @@ from tests.fixtures.reliability import session_view
 
 pytestmark = pytest.mark.e2e
 
-# one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room (151 s seen on a loaded CI machine)
-NOTICED_S = 180.0
+# slurmctld pings every SlurmdTimeout/3 (100 s) but skips a node that answered within the last interval: a slurmd
+# stopped just after a ping is asked again two intervals later (200 s), flagged when that ping fails (MessageTimeout,
+# 10 s), then shown at the portal's next snapshot. 151 s and over 182 s have been seen on a loaded CI machine.
+NOTICED_S = 240.0
 BACK_S = 60.0
 
 

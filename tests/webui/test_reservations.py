@@ -131,6 +131,10 @@ def test_the_same_request_again_after_the_reservation_was_deleted_in_slurm_is_a_
     post(client, "/reservations/request", form())  # a second click: the same reservation, nothing new
     assert [s.name for s in fake_reservations.created] == ["carme-alice-1"]
     fake_reservations.items.clear()  # an admin's scontrol delete ReservationName=carme-alice-1
+    with app.app_context():  # a while later: a snapshot of Slurm taken seconds after the approval
+        row = db.session.execute(select(ReservationRequest)).scalar_one()
+        row.decided_at -= dt.timedelta(seconds=5)
+        db.session.commit()
     resp = post(client, "/reservations/request", form())
     assert resp.status_code == 302, resp.get_data(as_text=True)
     assert [s.name for s in fake_reservations.created] == ["carme-alice-1", "carme-alice-2"]

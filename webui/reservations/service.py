@@ -239,8 +239,9 @@ def _same_request(
 
 def _held_by_slurm(row: ReservationRequest, state: ReservationState) -> bool:
     """Slurm still holds the request's reservation, or this snapshot is older than the approval (another worker's
-    snapshot, up to SCHEDULER_CACHE_SECONDS old, may not show a reservation created a moment ago)."""
-    decided = row.decided_at.timestamp() if row.decided_at else float("inf")
+    snapshot, up to SCHEDULER_CACHE_SECONDS old, may not show a reservation created a moment ago). The portal's
+    database may keep whole seconds only (MariaDB's DATETIME): the approval is taken as up to a second later."""
+    decided = row.decided_at.timestamp() + 1.0 if row.decided_at else float("inf")
     return decided >= state.fetched_at or any(r.name == row.name for r in state.reservations)
 
 
