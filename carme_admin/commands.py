@@ -295,6 +295,7 @@ def _demo_nodes(out: _Output, project: Path, state: str, labels: dict[str, str] 
     extravars: dict[str, Any] = {"demo_nodes_state": state}
     if state == "present":
         extravars.update(demo.node_vars(project / demo.DEMO_INVENTORY))  # CARME_RELEASE's image and options
+        demo.clear_fact_cache(project)
     if labels:
         extravars["demo_nodes_labels"] = labels
     run = PlaybookRun(

@@ -34,6 +34,7 @@ DEFAULT_APPS_PORT = 8444
 SECRETS_DIR = ".secrets/demo/"
 DEMO_ID_FILE = "demo-id"
 WHEELHOUSE = ".cache/wheelhouse"  # scripts/wheelhouse.sh links it; the demo inventory mounts it into every node
+FACT_CACHE = ".cache/facts"  # ansible.cfg: fact_caching = jsonfile, kept an hour, with gathering = smart
 ID_LABEL = "carme.demo_id"  # which checkout's secrets the containers were deployed with
 OWNER_LABEL = "carme.demo_secrets"  # that checkout's secrets dir
 CMD_TIMEOUT = 60
@@ -121,6 +122,15 @@ def node_image(inventory: Path, env: Mapping[str, str] | None = None) -> str:
     """The inventory's demo_nodes_image when it sets a literal one, else the release's image."""
     value = inventory_var(inventory, "demo_nodes_image")
     return value if isinstance(value, str) and value and "{{" not in value else release_image(env)
+
+
+def clear_fact_cache(project: Path) -> None:
+    """Forget Ansible's cached facts: new demo nodes are other machines under the old names (of another release,
+    perhaps), and with ``gathering = smart`` the roles would be fed the old ones' facts for up to an hour."""
+    cache = project / FACT_CACHE
+    for entry in cache.iterdir() if cache.is_dir() else ():
+        if entry.is_file():
+            entry.unlink()
 
 
 def node_vars(inventory: Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:

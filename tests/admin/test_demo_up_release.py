@@ -47,6 +47,21 @@ def test_trixie_nodes_get_the_debian13_image_and_unmask_all(tmp_path: Path, monk
     assert extravars["demo_nodes_security_opt"] == ["unmask=ALL"]
 
 
+def test_new_nodes_are_not_fed_the_cached_facts_of_the_old_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bookworm demo replaced within the hour by a trixie one: the cached facts said Debian 12 (ansible.cfg)."""
+    cache = tmp_path / demo.FACT_CACHE
+    cache.mkdir(parents=True)
+    (cache / "carme-demo-node1").write_text('{"ansible_distribution_major_version": "12"}', encoding="utf-8")
+    monkeypatch.setenv("CARME_RELEASE", "trixie")
+    played_extravars(tmp_path, "present", monkeypatch)
+    assert list(cache.iterdir()) == []
+    played_extravars(tmp_path, "present", monkeypatch)  # no cache at all is fine too
+    cache.rmdir()
+    played_extravars(tmp_path, "present", monkeypatch)
+
+
 def test_removing_the_nodes_needs_no_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CARME_RELEASE", "buster")
     assert played_extravars(tmp_path, "absent", monkeypatch) == {"demo_nodes_state": "absent"}
