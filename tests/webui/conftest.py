@@ -37,6 +37,7 @@ from webui.models import User
 from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import ReservationState
+from webui.reservations.slurm import reserves_gpus
 from webui.slurm.errors import SlurmError
 from webui.slurm.records import AccountJob
 from webui.slurm.session_spec import SessionSpec
@@ -172,10 +173,16 @@ def fake_scheduler() -> FakeScheduler:
 
 class FakeReservations:
     """In-memory Slurm reservations (webui.reservations.slurm.Reservations): ``create`` refuses an overlap on a
-    node the way Slurm does (its message is the one Slurm 22.05 gives, tests/integration/test_reservations.py)."""
+    node the way Slurm does (its message is the one Slurm 22.05 gives, tests/integration/test_reservations.py).
 
-    def __init__(self, nodes: tuple[str, ...] = ("gpu01",)) -> None:
+    ``version`` (22.05 unless set) decides like the real one (webui.reservations.slurm.reserves_gpus): from 23.02 on a
+    one-node request holds its GPUs, and a node takes reservations until its ``gpus_per_node`` are reserved
+    (tests/integration/test_reservations_trixie.py shows Slurm 24.11 doing so); a whole-node one holds them all."""
+
+    def __init__(self, nodes: tuple[str, ...] = ("gpu01",), gpus_per_node: int = 2) -> None:
         self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.version = (22, 5)
         self.items: dict[str, Reservation] = {}
         self.created: list[ReservationSpec] = []
         self.error: str | None = None
@@ -190,12 +197,14 @@ class FakeReservations:
         self.last_errors.append(error)
         return ReservationState(tuple(self.items.values()), fetched_at=1.0, error=error)
 
+    def _free_gpus(self, node: str, spec: ReservationSpec) -> int:
+        overlapping = [r for r in self.items.values() if node in r.nodes and r.start < spec.end and spec.start < r.end]
+        return self.gpus_per_node - sum(r.gpus or self.gpus_per_node for r in overlapping)
+
     def create(self, spec: ReservationSpec) -> str:
-        free = [
-            n
-            for n in self.nodes
-            if not any(n in r.nodes and r.start < spec.end and spec.start < r.end for r in self.items.values())
-        ]
+        gpus = spec.gpus if reserves_gpus(spec, self.version) else 0
+        need = gpus or self.gpus_per_node  # a whole node: all its GPUs free
+        free = [n for n in self.nodes if self._free_gpus(n, spec) >= need]
         if len(free) < spec.node_count:
             raise SlurmError("Error creating the reservation: Requested nodes are busy")
         self.created.append(spec)
@@ -207,6 +216,7 @@ class FakeReservations:
             nodes=tuple(free[: spec.node_count]),
             node_count=spec.node_count,
             partition=spec.partition or "",
+            gpus=gpus,
         )
         return f"Reservation created: {spec.name}"
 

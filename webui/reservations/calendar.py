@@ -52,7 +52,8 @@ def blocks(user: CurrentUser, state: ReservationState) -> list[Block]:
         elif row is not None and row.public:
             out.append(Block(res.name, res.start, res.end, "public", row.purpose, f"{row.username} · {nodes}"))
         else:
-            out.append(Block("", res.start, res.end, "busy", "Busy", f"{res.node_count} node(s) reserved"))
+            held = f"{res.gpus} GPU(s)" if res.gpus else f"{res.node_count} node(s)"
+            out.append(Block("", res.start, res.end, "busy", "Busy", f"{held} reserved"))
     return sorted(out, key=lambda b: (b.start, b.end))
 
 

@@ -106,14 +106,20 @@ def _node_gpus(nodes: tuple[str, ...]) -> int:
     return sum(by_name.get(n, 0) for n in nodes)
 
 
+def _reserved_gpus(res: Reservation) -> int:
+    """The GPUs a reservation not requested through the portal holds: its TRES's (23.02 and later), else all the
+    GPUs of its nodes (22.05's whole nodes)."""
+    return res.gpus or _node_gpus(res.nodes)
+
+
 def _held(username: str, state: ReservationState, rows: list[ReservationRequest]) -> dict[str, Window]:
-    """The user's reservations in Slurm by name, charged the GPUs requested (else their nodes' GPUs)."""
+    """The user's reservations in Slurm by name, charged the GPUs requested (else the GPUs they hold)."""
     by_name = {r.name: r for r in rows if r.name}
     held = {}
     for res in state.reservations:
         if res.is_for(username):
             row = by_name.get(res.name)
-            held[res.name] = Window(res.start, res.end, row.gpus if row is not None else _node_gpus(res.nodes))
+            held[res.name] = Window(res.start, res.end, row.gpus if row is not None else _reserved_gpus(res))
     return held
 
 
@@ -262,6 +268,7 @@ def approve(row: ReservationRequest, *, decided_by: str, reason: str) -> None:
         end=row.end_at,
         node_count=row.nodes,
         partition=reservation_partition(),
+        gpus=row.gpus,
     )
     row.decided_by, row.decided_at = decided_by, utcnow()
     try:

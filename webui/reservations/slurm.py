@@ -9,6 +9,12 @@ slurmrestd 22.05 has no endpoint that creates reservations, so an approved reque
 Operator (``slurm_users``: ``admin_level: Operator``; the admin stop of sessions needs the same). Slurm 22.05 refuses
 GPUs in a reservation's TRES ("TRES type 'gres/gpu' not supported with reservations", checked on the host Slurm in
 tests/integration/test_reservations.py): a reservation holds whole nodes (``NodeCnt``), and all their GPUs.
+
+Slurm 23.02 and later reserve GPUs (``TRES=cpu=C,gres/gpu=G``). The portal asks ``scontrol --version`` once per process
+(:meth:`SlurmReservations.slurm_version`) and, from 23.02 on, reserves a one-node request's GPUs and the CPUs that go
+with them (the node's CPUs per GPU, at least one): without ``cpu=`` Slurm 24.11 reserves every core bound to the GPU,
+with no ``Cores=`` in gres.conf all of the node's (measured in tests/integration/test_reservations_trixie.py).
+Multi-node requests still reserve whole nodes.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
@@ -37,6 +44,9 @@ from webui.slurm.errors import SlurmError
 #: Names the portal gives its reservations: ``carme-<user>-<request id>``.
 NAME_PATTERN = re.compile(r"^carme-([a-z_][a-z0-9_.-]{0,31})-(\d{1,12})$")
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,\[\]-]{1,200}$")
+#: The first Slurm whose reservations hold GPUs (``TRES=gres/gpu=N``); 22.05 refuses them
+GPU_RESERVATIONS_SINCE = (23, 2)
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]*)?=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,8 @@ class Reservation:
     node_count: int = 0
     partition: str = ""
     flags: tuple[str, ...] = ()
+    #: GPUs its TRES names (``gres/gpu=N``); 0 on a whole-node reservation of Slurm 22.05, whose TRES names none
+    gpus: int = 0
 
     def is_for(self, username: str) -> bool:
         return username in self.users
@@ -81,6 +93,27 @@ class ReservationSpec:
     end: dt.datetime
     node_count: int
     partition: str | None = None
+    #: GPUs asked for: reserved as such (with ``cpus`` CPUs) from Slurm 23.02 on; 0: whole nodes on any version
+    gpus: int = 0
+    cpus: int = 0
+
+
+def gpu_tres(tres: str) -> int:
+    """The GPUs a TRES string holds (``cpu=2,gres/gpu=1`` or ``gres/gpu:a100=2``), all types together."""
+    return sum(int(n) for n in _GPU_TRES.findall(tres or ""))
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``slurm 22.05.8`` or ``slurm-wlm 24.11.5`` (``scontrol --version``) as (major, minor)."""
+    found = re.search(r"\b(\d{2})\.(\d{2})\.", text)
+    if not found:
+        raise SlurmError(f"cannot read Slurm's version from {text.strip()!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def reserves_gpus(spec: ReservationSpec, version: tuple[int, int]) -> bool:
+    """Whether ``spec`` becomes a GPU reservation on Slurm ``version`` (else whole nodes, as on 22.05)."""
+    return version >= GPU_RESERVATIONS_SINCE and spec.gpus > 0 and spec.node_count == 1
 
 
 def _epoch(value: int) -> dt.datetime:
@@ -100,6 +133,7 @@ def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
         node_count=rec["node_count"],
         partition=rec["partition"],
         flags=tuple(str(f).upper() for f in rec["flags"]),
+        gpus=gpu_tres(rec["tres"]),
     )
 
 
@@ -108,8 +142,9 @@ def _slurm_time(when: dt.datetime) -> str:
     return when.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def create_argv(spec: ReservationSpec, now: dt.datetime) -> list[str]:
-    """The ``scontrol create reservation`` arguments for ``spec`` (each value checked: no spaces, no ``=``)."""
+def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int] = (22, 5)) -> list[str]:
+    """The ``scontrol create reservation`` arguments for ``spec`` on Slurm ``version`` (each value checked: no spaces,
+    no ``=``): whole nodes (``NodeCnt``), or from 23.02 on a one-node request's GPUs and CPUs (``TRES``)."""
     values = [spec.name, spec.user] + ([spec.partition] if spec.partition else [])
     for value in values:
         if not SAFE_VALUE.fullmatch(value):
@@ -122,8 +157,12 @@ def create_argv(spec: ReservationSpec, now: dt.datetime) -> list[str]:
         f"StartTime={start}",
         f"EndTime={_slurm_time(spec.end)}",
         f"Users={spec.user}",
-        f"NodeCnt={int(spec.node_count)}",
     ]
+    if reserves_gpus(spec, version):
+        cpus = f"cpu={int(spec.cpus)}," if spec.cpus > 0 else ""
+        argv.append(f"TRES={cpus}gres/gpu={int(spec.gpus)}")
+    else:
+        argv.append(f"NodeCnt={int(spec.node_count)}")
     if spec.partition:
         argv.append(f"PartitionName={spec.partition}")
     return argv
@@ -147,6 +186,36 @@ class Reservations(Protocol):
     def delete(self, name: str) -> None: ...
 
 
+def cpus_per_gpu(show_node: str, partition: str | None) -> int:
+    """From ``scontrol --oneliner show node``: the fewest CPUs (``CPUTot``) per GPU (``Gres=gpu[:type]:N``) among
+    the GPU nodes in ``partition`` (any partition when ``None``), at least 1; 1 when there is none."""
+    shares = []
+    for line in show_node.splitlines():
+        fields = dict(token.split("=", 1) for token in line.split() if "=" in token)
+        gpus = sum(int(n) for n in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", fields.get("Gres", "")))
+        in_partition = partition is None or partition in fields.get("Partitions", "").split(",")
+        if gpus > 0 and in_partition and fields.get("CPUTot", "").isdigit():
+            shares.append(int(fields["CPUTot"]) // gpus)
+    return max(1, min(shares, default=1))
+
+
+def _shortfall(spec: ReservationSpec, shown: str, *, gpus: bool) -> str:
+    """Why the reservation Slurm shows (``scontrol --oneliner show reservation``) is smaller than ``spec``; ""."""
+    if gpus:
+        tres = re.search(r"\bTRES=(\S+)", shown)
+        got = gpu_tres(tres.group(1)) if tres else 0
+        if got < spec.gpus:
+            return (f"Requested GPUs are busy: Slurm found {got} of the {spec.gpus} GPUs asked for free in that "
+                    "window, so nothing was reserved")  # fmt: skip
+        return ""
+    found = re.search(r"\bNodeCnt=(\d+)\b", shown)
+    got = int(found.group(1)) if found else 0
+    if got < spec.node_count:
+        return (f"Requested nodes are busy: Slurm found {got} of the {spec.node_count} nodes asked for free in that "
+                "window, so nothing was reserved")  # fmt: skip
+    return ""
+
+
 def _flagged(last: ReservationState | None, exc: Exception) -> ReservationState:
     """What a failed read serves: the last reservations known, flagged with the error."""
     old = last or ReservationState()
@@ -165,6 +234,7 @@ class SlurmReservations:
     slurm_conf: str | None = None
     runner: Runner = field(default_factory=lambda: SubprocessRunner(timeout=30))
     _cache: SnapshotCache[ReservationState] = field(init=False, repr=False)
+    _version: tuple[int, int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._cache = SnapshotCache(self._fetch, self.cache_seconds, on_error=_flagged, errors=(SlurmError,))
@@ -198,23 +268,34 @@ class SlurmReservations:
             raise SlurmError((err or out or "scontrol failed").strip())
         return out.strip()
 
+    def slurm_version(self) -> tuple[int, int]:
+        """The cluster's Slurm (``scontrol --version``), asked once per process; a failed look is asked again."""
+        if self._version is None:
+            self._version = parse_version(self._scontrol(["--version"]))
+        return self._version
+
+    def cpus_per_gpu(self, partition: str | None) -> int:
+        """The fewest CPUs per GPU among the GPU nodes of ``partition`` (all nodes without one), at least 1."""
+        shown = self._scontrol(["--oneliner", "show", "node"])
+        return cpus_per_gpu(shown, partition)
+
     def create(self, spec: ReservationSpec) -> str:
         """Create the reservation and check what Slurm made of it.
 
         Slurm 22.05 does not refuse ``NodeCnt=2`` over a window where only one node is free: it reserves the one it
         finds (measured on the demo). A reservation smaller than the request is deleted again and refused with the
-        reason Slurm gives when it refuses outright."""
-        out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC)))
+        reason Slurm gives when it refuses outright. A spec without GPUs reserves whole nodes without asking the
+        version."""
+        version = self.slurm_version() if spec.gpus > 0 else (22, 5)
+        if reserves_gpus(spec, version):
+            spec = replace(spec, cpus=spec.gpus * self.cpus_per_gpu(spec.partition))
+        out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC), version))
         self.invalidate()
         shown = self._scontrol(["--oneliner", "show", "reservation", spec.name])
-        found = re.search(r"\bNodeCnt=(\d+)\b", shown)
-        got = int(found.group(1)) if found else 0
-        if got < spec.node_count:
+        short = _shortfall(spec, shown, gpus=reserves_gpus(spec, version))
+        if short:
             self.delete(spec.name)
-            raise SlurmError(
-                f"Requested nodes are busy: Slurm found {got} of the {spec.node_count} nodes asked for free in that "
-                "window, so nothing was reserved"
-            )
+            raise SlurmError(short)
         return out
 
     def delete(self, name: str) -> None:
