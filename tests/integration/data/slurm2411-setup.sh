@@ -5,10 +5,11 @@
 # One argument says what else:
 #   restd   slurmrestd with auth/jwt as the unprivileged user slurmrestd on :6820, no accounting; the JWT key is
 #           /etc/slurm/jwt_hs256.key (the test reads it back). tests/integration/test_slurmrestd_trixie.py
-#   limits  accounting (MariaDB, slurmdbd), 4 fake GPUs (/dev/nvidia[0-3], needs --cap-add MKNOD), limits enforced
-#           as the slurm role sets them, and the role's job_submit.lua from /lua. bob in account research, QOS
-#           exc-narrow (2 GPUs per user, his default) and exc-wide (4), both Flags=DenyOnLimit.
-#           tests/integration/test_exclusive_limits_trixie.py
+#   limits  accounting (MariaDB, slurmdbd), 4 fake GPUs (/dev/nvidia[0-3], needs --cap-add MKNOD, each bound to a
+#           core), limits enforced as the slurm role sets them, and the role's job_submit.lua from /lua where one is
+#           mounted. bob in account research, QOS exc-narrow (2 GPUs per user, his default) and exc-wide (4), both
+#           Flags=DenyOnLimit; alice in research without QOS of her own.
+#           tests/integration/test_exclusive_limits_trixie.py, tests/integration/test_reservations_trixie.py
 set -euo pipefail
 mode=${1:-}
 case $mode in restd | limits) ;; *) echo "usage: $0 restd|limits" >&2; exit 2 ;; esac
@@ -70,15 +71,20 @@ CONF
 
 limits_conf() {
   for i in 0 1 2 3; do [ -e /dev/nvidia$i ] || mknod -m 666 /dev/nvidia$i c 195 $i; done
-  echo "NodeName=$host Name=gpu Type=fake File=/dev/nvidia[0-3]" >/etc/slurm/gres.conf
-  install -m 644 /lua/job_submit.lua /etc/slurm/job_submit.lua
+  # Each GPU bound to one core, as real nodes report (gres.conf Cores=, or AutoDetect): without it Slurm 24.11 keeps
+  # other GPU jobs off a node that holds a GPU reservation. slurm.conf names CPUs only: one core per socket
+  for i in 0 1 2 3; do echo "NodeName=$host Name=gpu Type=fake File=/dev/nvidia$i Cores=$((i % cpus))"; done \
+    >/etc/slurm/gres.conf
+  if [ -s /lua/job_submit.lua ]; then
+    install -m 644 /lua/job_submit.lua /etc/slurm/job_submit.lua
+    echo JobSubmitPlugins=lua
+  fi
   cat <<CONF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$host
 AccountingStorageEnforce=associations,limits,qos,safe
 AccountingStorageTRES=gres/gpu
 EnforcePartLimits=ALL
-JobSubmitPlugins=lua
 GresTypes=gpu
 NodeName=$host CPUs=$cpus RealMemory=2000 Gres=gpu:fake:4 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=60 DefaultTime=60 State=UP
@@ -114,6 +120,7 @@ add_limits() {
   sacctmgr -i add account research Cluster=$cluster >/dev/null
   sacctmgr -i add user bob Account=research QOS=normal,exc-narrow,exc-wide DefaultQOS=exc-narrow \
     GrpTRES=gres/gpu=4 >/dev/null
+  sacctmgr -i add user alice Account=research >/dev/null
 }
 
 # slurmrestd must not run as root or SlurmUser; auth/jwt only; without slurmdbd only openapi/slurmctld loads (24.11
