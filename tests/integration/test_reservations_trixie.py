@@ -3,11 +3,11 @@
 
 webui.reservations.slurm.SlurmReservations, with its scontrol run as ``podman exec <node> scontrol``, against a
 one-node Slurm 24.11 with accounting and 4 fake GPUs, each bound to a core (tests/fixtures/slurm2411.py:
-tests/integration/data/slurm2411-setup.sh limits, without job_submit.lua). It asks the version (24.11), reserves
-1 GPU and its share of CPUs for alice (``TRES=cpu=1,gres/gpu=1``, not the node), alice's job runs in the reservation,
-bob is refused by Slurm, and bob's GPU job outside it runs beside it. Opt-in, like the other 24.11 container tests:
-runs only with ``CARME_SLURM2411_TESTS=1`` and the image present, otherwise skipped at collection. The container is
-``carme-h-resv-<pid>``, removed at the end.
+tests/integration/data/slurm2411-setup.sh limits, without job_submit.lua). It asks the version (24.11) and reserves
+1 GPU and its share of CPUs for alice (``TRES=cpu=1,gres/gpu=1``, not the node). Alice's job runs in the reservation,
+bob is refused by Slurm, bob's GPU job outside it runs beside it, and so does a reservation of 1 GPU for bob; 4 GPUs
+are refused. Opt-in, like the other 24.11 container tests: runs only with ``CARME_SLURM2411_TESTS=1`` and the image
+present, otherwise skipped at collection. The container is ``carme-h-resv-<pid>``, removed at the end.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def portal(node: str) -> SlurmReservations:
                              scontrol=("podman", "exec", node, "scontrol"))  # fmt: skip
 
 
-def request(name: str, gpus: int) -> ReservationSpec:
+def request(name: str, gpus: int, user: str = "alice") -> ReservationSpec:
     """What webui.reservations.service.approve asks for a one-node request of ``gpus`` GPUs in partition debug."""
     now = dt.datetime.now(dt.UTC)
-    return ReservationSpec(name, "alice", now, now + dt.timedelta(hours=1), 1, "debug", gpus=gpus)
+    return ReservationSpec(name, user, now, now + dt.timedelta(hours=1), 1, "debug", gpus=gpus)
 
 
 def fields(node: str, *what: str) -> dict[str, str]:
@@ -100,14 +100,19 @@ def test_a_portal_reservation_holds_one_gpu_for_alice_on_24_11(node: str) -> Non
     podman("exec", node, "scancel", str(mine), str(beside))
 
 
-def test_more_gpus_than_are_free_are_refused_and_nothing_is_kept_on_24_11(node: str) -> None:
+def test_a_second_reservation_shares_the_node_and_too_many_gpus_are_refused_on_24_11(node: str) -> None:
+    for _ in range(20):  # the first test's jobs end (a running job keeps its cores from a new reservation)
+        if not podman("exec", node, "squeue", "-h", check=False).stdout.strip():
+            break
+        time.sleep(0.5)
     res = portal(node)
     with pytest.raises(SlurmError, match="Requested nodes are busy"):
         res.create(request("carme-alice-2", 4))  # carme-alice-1 holds one of the 4 GPUs
     assert "carme-alice-2" not in podman("exec", node, "scontrol", "show", "reservation", check=False).stdout
-    for _ in range(20):  # the jobs of the first test end
-        if not podman("exec", node, "squeue", "-h", check=False).stdout.strip():
-            break
-        time.sleep(0.5)
-    res.delete("carme-alice-1")
-    assert "carme-alice-1" not in podman("exec", node, "scontrol", "show", "reservation", check=False).stdout
+    res.create(request("carme-bob-3", 1, user="bob"))
+    shown = fields(node, "reservation", "carme-bob-3")
+    assert shown["TRES"] == "cpu=1,gres/gpu=1" and shown["Users"] == "bob", shown
+    assert fields(node, "reservation", "carme-alice-1")["State"] == "ACTIVE"
+    for name in ("carme-alice-1", "carme-bob-3"):
+        res.delete(name)
+    assert "No reservations" in podman("exec", node, "scontrol", "show", "reservation", check=False).stdout

@@ -17,7 +17,7 @@ from flask import Flask
 
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import SlurmReservations
-from webui.reservations.slurm import cpus_per_gpu
+from webui.reservations.slurm import cpu_share
 from webui.reservations.slurm import create_argv
 from webui.reservations.slurm import gpu_tres
 from webui.reservations.slurm import parse_reservation
@@ -64,16 +64,19 @@ def test_from_23_02_a_one_node_request_reserves_its_gpus_and_cpus() -> None:
     assert "NodeCnt=1" in create_argv(spec(gpus=2), now=START, version=(23, 1))
 
 
-def test_versions_tres_and_cpus_per_gpu_are_read() -> None:
+def test_versions_tres_and_cpu_shares_are_read() -> None:
     assert parse_version("slurm 22.05.8\n") == (22, 5)
     assert parse_version("slurm-wlm 24.11.5\n") == (24, 11)
     with pytest.raises(SlurmError, match="cannot read Slurm's version"):
         parse_version("scontrol: command not found")
     assert gpu_tres("cpu=2,gres/gpu=1") == 1 and gpu_tres("gres/gpu:a100=2,license/x=1") == 2
     assert gpu_tres("cpu=96") == 0 and gpu_tres("") == 0
-    assert cpus_per_gpu(NODES, "interactive") == 8 and cpus_per_gpu(NODES, "gpu") == 8
-    assert cpus_per_gpu(NODES, None) == 8 and cpus_per_gpu(NODES, "cpu") == 1 and cpus_per_gpu("", None) == 1
-    assert cpus_per_gpu("NodeName=n1 CPUTot=2 Gres=gpu:fake:4(S:0-1) Partitions=debug\n", "debug") == 1
+    assert cpu_share(NODES, "interactive", 1) == 8 and cpu_share(NODES, "gpu", 1) == 8  # gpu01: 32 CPUs, 4 GPUs
+    assert cpu_share(NODES, "gpu", 2) == 16 and cpu_share(NODES, "gpu", 3) == 24  # gpu02 (16, 2) cannot hold 3
+    assert cpu_share(NODES, None, 8) == 16  # no node holds 8: the smallest node's CPUs
+    assert cpu_share(NODES, "cpu", 1) == 1 and cpu_share("", None, 2) == 1
+    test_node = "NodeName=n1 CPUTot=2 Gres=gpu:fake:4(S:0-1) Partitions=debug\n"  # the 24.11 test node
+    assert [cpu_share(test_node, "debug", gpus) for gpus in (1, 2, 3, 4)] == [1, 1, 1, 2]
     raw = {"name": "carme-alice-3", "users": "alice", "node_list": "n1", "node_count": 1,
            "start_time": 1_900_000_000, "end_time": 1_900_007_200, "tres": "cpu=2,gres/gpu=1"}  # fmt: skip
     assert parse_reservation(raw).gpus == 1

@@ -12,9 +12,10 @@ tests/integration/test_reservations.py): a reservation holds whole nodes (``Node
 
 Slurm 23.02 and later reserve GPUs (``TRES=cpu=C,gres/gpu=G``). The portal asks ``scontrol --version`` once per process
 (:meth:`SlurmReservations.slurm_version`) and, from 23.02 on, reserves a one-node request's GPUs and the CPUs that go
-with them (the node's CPUs per GPU, at least one): without ``cpu=`` Slurm 24.11 reserves every core bound to the GPU,
-with no ``Cores=`` in gres.conf all of the node's (measured in tests/integration/test_reservations_trixie.py).
-Multi-node requests still reserve whole nodes.
+with them (:func:`cpu_share`): without ``cpu=`` Slurm 24.11 reserved every core bound to the GPU, all of the node's
+where gres.conf binds GPUs to no cores (tried by hand on the 24.11 test node). What 24.11 makes of the argv is tested
+in tests/integration/test_reservations_trixie.py. Multi-node requests still reserve whole nodes (not tried on 24.11:
+the test node is one node).
 """
 
 from __future__ import annotations
@@ -186,17 +187,19 @@ class Reservations(Protocol):
     def delete(self, name: str) -> None: ...
 
 
-def cpus_per_gpu(show_node: str, partition: str | None) -> int:
-    """From ``scontrol --oneliner show node``: the fewest CPUs (``CPUTot``) per GPU (``Gres=gpu[:type]:N``) among
-    the GPU nodes in ``partition`` (any partition when ``None``), at least 1; 1 when there is none."""
-    shares = []
+def cpu_share(show_node: str, partition: str | None, wanted: int) -> int:
+    """The CPUs that go with ``wanted`` GPUs, from ``scontrol --oneliner show node``: their share of a node's CPUs
+    (``CPUTot`` times ``wanted`` over its ``Gres=gpu[:type]:N``), the smallest among the nodes of ``partition`` (any
+    partition when ``None``) that have that many GPUs (else among all its GPU nodes), at least 1."""
+    nodes = []
     for line in show_node.splitlines():
         fields = dict(token.split("=", 1) for token in line.split() if "=" in token)
         gpus = sum(int(n) for n in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", fields.get("Gres", "")))
         in_partition = partition is None or partition in fields.get("Partitions", "").split(",")
         if gpus > 0 and in_partition and fields.get("CPUTot", "").isdigit():
-            shares.append(int(fields["CPUTot"]) // gpus)
-    return max(1, min(shares, default=1))
+            nodes.append((int(fields["CPUTot"]), gpus))
+    fitting = [(cpus, gpus) for cpus, gpus in nodes if gpus >= wanted] or nodes
+    return max(1, min((min(cpus, cpus * wanted // gpus) for cpus, gpus in fitting), default=1))
 
 
 def _shortfall(spec: ReservationSpec, shown: str, *, gpus: bool) -> str:
@@ -274,10 +277,9 @@ class SlurmReservations:
             self._version = parse_version(self._scontrol(["--version"]))
         return self._version
 
-    def cpus_per_gpu(self, partition: str | None) -> int:
-        """The fewest CPUs per GPU among the GPU nodes of ``partition`` (all nodes without one), at least 1."""
-        shown = self._scontrol(["--oneliner", "show", "node"])
-        return cpus_per_gpu(shown, partition)
+    def cpu_share(self, partition: str | None, gpus: int) -> int:
+        """The CPUs that go with ``gpus`` GPUs in ``partition`` (:func:`cpu_share`), read from Slurm now."""
+        return cpu_share(self._scontrol(["--oneliner", "show", "node"]), partition, gpus)
 
     def create(self, spec: ReservationSpec) -> str:
         """Create the reservation and check what Slurm made of it.
@@ -288,7 +290,7 @@ class SlurmReservations:
         version."""
         version = self.slurm_version() if spec.gpus > 0 else (22, 5)
         if reserves_gpus(spec, version):
-            spec = replace(spec, cpus=spec.gpus * self.cpus_per_gpu(spec.partition))
+            spec = replace(spec, cpus=self.cpu_share(spec.partition, spec.gpus))
         out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC), version))
         self.invalidate()
         shown = self._scontrol(["--oneliner", "show", "reservation", spec.name])
