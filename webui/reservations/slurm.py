@@ -21,6 +21,7 @@ the test node is one node).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import re
 import time
@@ -44,9 +45,12 @@ from webui.slurm.errors import SlurmError
 
 #: Names the portal gives its reservations: ``carme-<user>-<request id>``.
 NAME_PATTERN = re.compile(r"^carme-([a-z_][a-z0-9_.-]{0,31})-(\d{1,12})$")
+log = logging.getLogger(__name__)
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,\[\]-]{1,200}$")
 #: The first Slurm whose reservations hold GPUs (``TRES=gres/gpu=N``); 22.05 refuses them
 GPU_RESERVATIONS_SINCE = (23, 2)
+#: The version taken where none is known: 22.05, whose reservations hold whole nodes
+WHOLE_NODES = (22, 5)
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]*)?=(\d+)")
 
 
@@ -143,7 +147,7 @@ def _slurm_time(when: dt.datetime) -> str:
     return when.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int] = (22, 5)) -> list[str]:
+def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int] = WHOLE_NODES) -> list[str]:
     """The ``scontrol create reservation`` arguments for ``spec`` on Slurm ``version`` (each value checked: no spaces,
     no ``=``): whole nodes (``NodeCnt``), or from 23.02 on a one-node request's GPUs and CPUs (``TRES``)."""
     values = [spec.name, spec.user] + ([spec.partition] if spec.partition else [])
@@ -272,9 +276,14 @@ class SlurmReservations:
         return out.strip()
 
     def slurm_version(self) -> tuple[int, int]:
-        """The cluster's Slurm (``scontrol --version``), asked once per process; a failed look is asked again."""
+        """The cluster's Slurm (``scontrol --version``), asked once per process. What scontrol cannot tell is taken
+        as 22.05 (whole nodes, which every version accepts), logged, not kept: asked again the next time."""
         if self._version is None:
-            self._version = parse_version(self._scontrol(["--version"]))
+            try:
+                self._version = parse_version(self._scontrol(["--version"]))
+            except SlurmError as exc:
+                log.warning("Slurm's version unknown (%s): reserving whole nodes", exc)
+                return WHOLE_NODES
         return self._version
 
     def cpu_share(self, partition: str | None, gpus: int) -> int:
@@ -288,7 +297,7 @@ class SlurmReservations:
         finds (measured on the demo). A reservation smaller than the request is deleted again and refused with the
         reason Slurm gives when it refuses outright. A spec without GPUs reserves whole nodes without asking the
         version."""
-        version = self.slurm_version() if spec.gpus > 0 else (22, 5)
+        version = self.slurm_version() if spec.gpus > 0 else WHOLE_NODES
         if reserves_gpus(spec, version):
             spec = replace(spec, cpus=self.cpu_share(spec.partition, spec.gpus))
         out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC), version))
