@@ -129,7 +129,7 @@ e2e-tests: venv axe ## the browser end-to-end and reliability tests against the 
 	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e tests/reliability
 
 # The opt-in Debian 13 tests, not part of `make test`: Slurm 24.11's slurmrestd (the adapter, auto -> v0.0.42) and its
-# GPU limits for whole-node jobs, and Apptainer; each starts throwaway containers from the trixie node image (build it
+# GPU limits for whole-node jobs, GPU reservations, and Apptainer; each starts throwaway containers from the trixie node image (build it
 # first: CARME_RELEASE=trixie make image). A missing image fails here; a skip inside a test fails too (CARME_REQUIRED).
 TRIXIE_IMAGE := localhost/carme-node:debian13
 TRIXIE_TESTS := tests/integration/test_slurmrestd_trixie.py tests/integration/test_exclusive_limits_trixie.py \
