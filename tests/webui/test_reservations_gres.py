@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
+from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import SlurmReservations
 from webui.reservations.slurm import cpu_share
@@ -27,6 +28,7 @@ from webui.slurm.errors import SlurmError
 from webui.slurm.jwt_tokens import TokenSource
 
 from .conftest import FakeReservations
+from .conftest import FakeScheduler
 from .conftest import log_in_as
 from .conftest import post
 from .test_reservations import form
@@ -172,3 +174,33 @@ def test_on_22_05_the_second_request_finds_the_node_taken(
     assert _request(app, client, "alice") == 302
     assert _request(app, client, "bob") == 409
     assert fake_reservations.created[0].gpus == 1 and [r.gpus for r in fake_reservations.items.values()] == [0]
+
+
+def test_a_session_in_a_gpu_reservation_fits_it_or_is_told_why(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
+) -> None:
+    """Slurm 24.11 holds 1 GPU and 2 CPUs for alice: a session asking more would wait in it forever."""
+    now = dt.datetime.now(dt.UTC)
+    fake_reservations.items["carme-alice-7"] = Reservation(
+        "carme-alice-7", now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
+        nodes=("gpu01",), node_count=1, partition="gpu", gpus=1, cpus=2)  # fmt: skip
+    log_in_as(app, client, "alice")
+    session = {
+        "app": "jupyterlab",
+        "image": "pytorch",
+        "gpus": "1",
+        "time_minutes": "30",
+        "reservation": "carme-alice-7",
+    }
+    resp = post(client, "/sessions/new", session)  # the default CPUs (more than 2) are lowered to the reservation's
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    assert fake_scheduler.submitted[-1][2]["job"]["cpus_per_task"] == 2
+    for field, value, words in [("cpus", "3", "CPUs: reservation carme-alice-7 holds 2 CPU(s)"),
+                                ("gpus", "2", "GPUs: reservation carme-alice-7 holds 1 GPU(s)")]:  # fmt: skip
+        resp = post(client, "/sessions/new", {**session, field: value})
+        assert resp.status_code == 400 and words in resp.get_data(as_text=True), resp.get_data(as_text=True)
+    assert len(fake_scheduler.submitted) == 1
+    raw = {"name": "carme-alice-7", "users": "alice", "node_list": "gpu01", "node_count": 1,
+           "start_time": 1_900_000_000, "end_time": 1_900_007_200, "tres": "cpu=2,gres/gpu=1"}  # fmt: skip
+    assert (parse_reservation(raw).gpus, parse_reservation(raw).cpus) == (1, 2)
+    assert parse_reservation({**raw, "tres": "cpu=8"}).cpus == 0  # a whole node: no CPU cap

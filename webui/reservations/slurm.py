@@ -68,6 +68,8 @@ class Reservation:
     flags: tuple[str, ...] = ()
     #: GPUs its TRES names (``gres/gpu=N``); 0 on a whole-node reservation of Slurm 22.05, whose TRES names none
     gpus: int = 0
+    #: CPUs a GPU reservation holds (its TRES's ``cpu=N``); 0 where it holds whole nodes
+    cpus: int = 0
 
     def is_for(self, username: str) -> bool:
         return username in self.users
@@ -108,6 +110,12 @@ def gpu_tres(tres: str) -> int:
     return sum(int(n) for n in _GPU_TRES.findall(tres or ""))
 
 
+def cpu_tres(tres: str) -> int:
+    """The CPUs a TRES string names (``cpu=2,gres/gpu=1`` -> 2; 0 when it names none)."""
+    found = re.search(r"(?:^|,)cpu=(\d+)", tres or "")
+    return int(found.group(1)) if found else 0
+
+
 def parse_version(text: str) -> tuple[int, int]:
     """``slurm 22.05.8`` or ``slurm-wlm 24.11.5`` (``scontrol --version``) as (major, minor)."""
     found = re.search(r"\b(\d{2})\.(\d{2})\.", text)
@@ -139,6 +147,7 @@ def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
         partition=rec["partition"],
         flags=tuple(str(f).upper() for f in rec["flags"]),
         gpus=gpu_tres(rec["tres"]),
+        cpus=cpu_tres(rec["tres"]) if gpu_tres(rec["tres"]) else 0,
     )
 
 

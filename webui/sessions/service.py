@@ -70,6 +70,8 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         values["time_minutes"] = min(profile.time_minutes, limits["max_time_minutes"])  # the user's own limit
     gpus, nodes, time_minutes = _size(values, limits, reservation)
     cpus, mem_mb = _resources(values, limits)
+    if reservation is not None and reservation.gpus:
+        cpus = _within_gpu_reservation(form, reservation, gpus, nodes, cpus)  # a profile's CPUs are lowered too
     cfg = current_app.config
     workdir = str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username)
     logdir = _logdir(values, app, workdir)
@@ -154,6 +156,20 @@ def _resources(values: Mapping[str, Any], limits: dict[str, Any]) -> tuple[int, 
         return cpus, max(1, round(gib * 1024))
     mem_mb = forms.integer(values, "mem_mb", lo=1, hi=limits["max_mem_mb"], default=limits["default_mem_mb"])
     return cpus, mem_mb
+
+
+def _within_gpu_reservation(form: Mapping[str, Any], reservation: Reservation, gpus: int, nodes: int, cpus: int) -> int:
+    """A session in a reservation of GPUs (Slurm 23.02+) fits it, or would wait in it forever: at most its GPUs, one
+    node, and its CPUs (a default or a profile's CPUs are lowered to them; a larger number asked for is a 400)."""
+    if gpus > reservation.gpus:
+        raise forms.FieldError("gpus", f"reservation {reservation.name} holds {reservation.gpus} GPU(s)")
+    if nodes > 1:
+        raise forms.FieldError("nodes", f"reservation {reservation.name} holds GPUs of one node")
+    if reservation.cpus and cpus > reservation.cpus:
+        if form.get("cpus") not in (None, ""):
+            raise forms.FieldError("cpus", f"reservation {reservation.name} holds {reservation.cpus} CPU(s)")
+        return reservation.cpus
+    return cpus
 
 
 def _logdir(values: Mapping[str, Any], app: str, home: str) -> str:
