@@ -15,6 +15,11 @@ description:
   - Keeps a read-only API user (own user role, user group with read rights on the hosts' group only).
   - Creates, updates and deletes the hosts of one host group so that they are exactly I(hosts): agent interface,
     PSK (a hash of the key is kept in a host tag, as Zabbix never returns the key), the template and host macros.
+  - On Zabbix 7.0 also sets the global timeout of agent checks to I(item_timeout) (7.0 takes it from there, not
+    from the server's or the agent's Timeout); older servers ignore the option.
+  - Speaks the API of Zabbix 6.0 (Debian 12) and 7.0 (Debian 13): from 6.2 on, host and template groups are
+    separate (import rules, host.get, user group rights) and from 6.4 on a user's own password change needs the
+    current one.
   - Reports C(changed) only on a real change; supports check mode.
 requirements: [zabbix-utils]
 options:
@@ -31,6 +36,7 @@ options:
   api_user: {type: str, required: true, description: Read-only API user (for the portal)}
   api_password: {type: str, required: true, no_log: true, description: Its password}
   timeout: {type: int, default: 60, description: Seconds per API call}
+  item_timeout: {type: str, description: "Global timeout of agent checks on Zabbix 7.0+ (e.g. 10s)"}
 """
 
 import hashlib
@@ -64,6 +70,7 @@ class Sync:
         self.p = module.params
         self.check = module.check_mode
         self.changed: dict[str, Any] = {}
+        self.version = 6.0  # the server's major version, from the API (set in run)
 
     # -- connection ---------------------------------------------------------------------------------------------
     def connect(self) -> ZabbixAPI:
@@ -92,7 +99,8 @@ class Sync:
         self.changed["admin_password"] = True
         if not self.check:
             uid = api.user.get(filter={"username": user}, output=["userid"])[0]["userid"]
-            api.user.update(userid=uid, passwd=wanted)
+            current = {"current_passwd": self.p["initial_password"]} if api.version.major >= 6.4 else {}
+            api.user.update(userid=uid, passwd=wanted, **current)
             api = self.try_login(user, wanted)
             if api is None:
                 self.m.fail_json(msg="The admin password was changed but the new one is refused")
@@ -114,8 +122,10 @@ class Sync:
             return
         tpl["description"] = (tpl.get("description", "") + "\n" + marker).strip()
         yes = {"createMissing": True, "updateExisting": True}
+        groups = ({"host_groups": {"createMissing": True}, "template_groups": {"createMissing": True}}
+                  if self.version >= 6.2 else {"groups": {"createMissing": True}})
         rules = {
-            "groups": {"createMissing": True},
+            **groups,
             "templates": yes,
             "items": {**yes, "deleteMissing": True},
             "triggers": {**yes, "deleteMissing": True},
@@ -142,20 +152,22 @@ class Sync:
             roleid = "0"
             if not self.check:
                 roleid = api.role.create(name=API_ROLE, type=1, rules=rules)["roleids"][0]
-        groups = api.usergroup.get(filter={"name": [API_GROUP]}, output=["usrgrpid"], selectRights="extend")
+        key = "hostgroup_rights" if self.version >= 6.2 else "rights"  # 6.2: host and template group rights
+        select = {"selectHostGroupRights" if self.version >= 6.2 else "selectRights": "extend"}
+        groups = api.usergroup.get(filter={"name": [API_GROUP]}, output=["usrgrpid"], **select)
         rights = [{"id": groupid, "permission": 2}]  # 2 = read only
         if not groups:
             self.changed["api_group"] = True
             usrgrpid = "0"
             if not self.check:
-                usrgrpid = api.usergroup.create(name=API_GROUP, rights=rights)["usrgrpids"][0]
+                usrgrpid = api.usergroup.create(name=API_GROUP, **{key: rights})["usrgrpids"][0]
         else:
             usrgrpid = groups[0]["usrgrpid"]
-            have = [{"id": r["id"], "permission": int(r["permission"])} for r in groups[0].get("rights", [])]
+            have = [{"id": r["id"], "permission": int(r["permission"])} for r in groups[0].get(key, [])]
             if have != rights:
                 self.changed["api_group"] = True
                 if not self.check:
-                    api.usergroup.update(usrgrpid=usrgrpid, rights=rights)
+                    api.usergroup.update(usrgrpid=usrgrpid, **{key: rights})
         name, password = self.p["api_user"], self.p["api_password"]
         users = api.user.get(filter={"username": [name]}, output=["userid", "roleid"], selectUsrgrps=["usrgrpid"])
         if not users:
@@ -180,6 +192,19 @@ class Sync:
             if not self.check:
                 api.user.update(userid=user["userid"], **update)
 
+    # -- global settings (7.0) -----------------------------------------------------------------------------------
+    def settings(self, api: ZabbixAPI) -> None:
+        """7.0 takes the timeout of a passive agent check from its global settings (default 3s), not a config file."""
+        wanted = self.p["item_timeout"]
+        if self.version < 7.0 or not wanted:
+            return
+        have = api.settings.get(output=["timeout_zabbix_agent"])
+        if have.get("timeout_zabbix_agent") == wanted:
+            return
+        self.changed["item_timeout"] = wanted
+        if not self.check:
+            api.settings.update(timeout_zabbix_agent=wanted)
+
     # -- hosts --------------------------------------------------------------------------------------------------
     def host_group(self, api: ZabbixAPI) -> str:
         found = api.hostgroup.get(filter={"name": [self.p["host_group"]]}, output=["groupid"])
@@ -198,7 +223,7 @@ class Sync:
             for h in api.host.get(groupids=[groupid], output=["hostid", "host", "tls_connect", "tls_accept"],
                                   selectInterfaces=["interfaceid", "type", "main", "useip", "ip", "dns", "port"],
                                   selectParentTemplates=["templateid"], selectMacros=["macro", "value"],
-                                  selectTags=["tag", "value"], selectGroups=["groupid"]):
+                                  selectTags=["tag", "value"], **{self.select_groups: ["groupid"]}):
                 existing[h["host"]] = h
         wanted = {h["name"]: h for h in self.p["hosts"]}
         created, updated, removed = [], {}, []
@@ -232,7 +257,7 @@ class Sync:
                 diff.append("psk")
             if (str(have["tls_connect"]), str(have["tls_accept"])) != ("2", "2"):
                 diff.append("tls")
-            if [g["groupid"] for g in have["groups"]] != [groupid]:
+            if [g["groupid"] for g in have[self.groups_key]] != [groupid]:
                 diff.append("groups")
             if not diff:
                 continue
@@ -260,9 +285,19 @@ class Sync:
         if removed:
             self.changed["hosts_removed"] = removed
 
+    @property
+    def select_groups(self) -> str:
+        return "selectHostGroups" if self.version >= 6.2 else "selectGroups"
+
+    @property
+    def groups_key(self) -> str:
+        return "hostgroups" if self.version >= 6.2 else "groups"
+
     def run(self) -> None:
         api = self.admin()
+        self.version = float(api.version.major)
         try:
+            self.settings(api)
             self.template(api)
             groupid = self.host_group(api)
             self.hosts(api, groupid)
@@ -290,6 +325,7 @@ def main() -> None:
             "api_user": {"type": "str", "required": True},
             "api_password": {"type": "str", "required": True, "no_log": True},
             "timeout": {"type": "int", "default": 60},
+            "item_timeout": {"type": "str"},
         },
         supports_check_mode=True,
     )
