@@ -45,6 +45,15 @@ def _tasks(items: Any, scope: dict[str, Any]) -> list[tuple[dict[str, Any], dict
     return found
 
 
+def _per_release(value: Any, scope: dict[str, Any]) -> list[str]:
+    """A variable's values: itself, or each release's where it picks from a table by release
+    (``{{ __zabbix_server_by_release[__zabbix_server_release].php }}``: 8.2 and 8.4)."""
+    table = re.fullmatch(r"\{\{\s*(\w+)\[\s*\w+\s*\]\.(\w+)\s*\}\}", str(value).strip())
+    if table is None:
+        return [str(value)]
+    return [str(row[table[2]]) for row in scope[table[1]].values()]
+
+
 def _names(value: Any, scope: dict[str, Any], depth: int = 0) -> set[str]:
     """Package names in an apt task's `name` (a literal, a list, a Jinja expression over the role's variables)."""
     if depth > 6 or value is None:
@@ -57,7 +66,8 @@ def _names(value: Any, scope: dict[str, Any], depth: int = 0) -> set[str]:
     if "{{" not in text:
         return {text}
     if re.fullmatch(r"[a-z0-9+.-]+\{\{\s*\w+\s*\}\}[a-z0-9+.-]*", text):  # "php{{ __zabbix_server_php }}-fpm"
-        return {re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: str(scope[m[1]]), text)}
+        ident = re.search(r"\{\{\s*(\w+)\s*\}\}", text)[1]  # type: ignore[index]
+        return {re.sub(r"\{\{\s*\w+\s*\}\}", value, text) for value in _per_release(scope[ident], scope)}
     found = set(LIST_LITERAL.findall(text))
     for ident in IDENT.findall(text):
         if ident in scope and ("packages" in ident or ident.endswith("_wanted")):
@@ -82,7 +92,8 @@ def test_the_package_list_covers_every_role_package() -> None:
     listed = set(bundle.read_packages(REPO_ROOT / bundle.PACKAGE_LIST))
     per_role = role_packages()
     assert {"common", "slurm", "ldap_server", "zabbix_server"} <= set(per_role)
-    assert {"slurmctld", "php8.2-fpm", "beegfs-mgmtd", "apptainer-suid", "sssd-ldap"} <= set().union(*per_role.values())
+    wanted = {"slurmctld", "php8.2-fpm", "php8.4-fpm", "beegfs-mgmtd", "apptainer-suid", "sssd-ldap"}
+    assert wanted <= set().union(*per_role.values())
     missing = {role: sorted(names - listed) for role, names in per_role.items() if names - listed}
     assert not missing, f"add these to {bundle.PACKAGE_LIST}: {missing}"
 
