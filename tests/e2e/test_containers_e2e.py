@@ -165,6 +165,7 @@ def test_an_image_with_a_wrong_digest_fails_within_seconds_with_the_reason(demo:
 def test_every_compute_node_has_the_runtime(demo: Demo, node: str) -> None:
     """playbooks/runtime.yml installed Charliecloud's ch-run on every compute node, and the image is there."""
     version = run(["podman", "exec", "-e", "USER=root", node, "ch-run", "--version"])
-    printed = version.stdout + version.stderr  # ch-run 0.31 prints its version on stderr
-    assert version.returncode == 0 and printed.startswith("0.31"), (version.stdout, version.stderr)
+    printed = version.stdout + version.stderr  # ch-run prints its version on stderr
+    # Debian's charliecloud-runtime: 0.31 on Debian 12, 0.38 on Debian 13
+    assert version.returncode == 0 and printed.startswith(("0.31", "0.38")), (version.stdout, version.stderr)
     assert run(["podman", "exec", node, "test", "-d", f"{IMAGE_PATH}/etc"]).returncode == 0, f"{IMAGE_PATH} on {node}"
