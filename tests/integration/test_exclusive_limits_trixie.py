@@ -24,6 +24,8 @@ require_opt_in()
 
 from tests.fixtures.slurm2411 import NODE  # noqa: E402
 from tests.fixtures.slurm2411 import podman  # noqa: E402
+from tests.fixtures.slurm2411 import sbatch  # noqa: E402
+from tests.fixtures.slurm2411 import scontrol_fields  # noqa: E402
 from tests.fixtures.slurm2411 import slurm2411_node  # noqa: E402
 from tests.roles.harness import REPO_ROOT  # noqa: E402
 from tests.roles.harness import render  # noqa: E402
@@ -56,18 +58,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield name
 
 
-def sbatch(node: str, *args: str) -> tuple[int | None, str]:
-    argv = ["exec", node, "runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
-            "--mem=100", "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
-    proc = podman(*argv, check=False)
-    if proc.returncode == 0:
-        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
-    return None, proc.stderr.strip()
-
-
 def job_fields(node: str, job: int) -> dict[str, str]:
-    out = podman("exec", node, "scontrol", "show", "job", "-o", str(job), check=False).stdout
-    return dict(token.split("=", 1) for token in out.split() if "=" in token)
+    return scontrol_fields(node, "job", str(job))
 
 
 CASES = {"plain": (), "tasks": ("-n2",), "gres": ("--gres=gpu:1",), "gpus": ("--gpus=1",)}
@@ -75,18 +67,18 @@ CASES = {"plain": (), "tasks": ("-n2",), "gres": ("--gres=gpu:1",), "gpus": ("--
 
 @pytest.mark.parametrize("args", list(CASES.values()), ids=list(CASES))
 def test_exclusive_over_a_qos_gpu_limit_is_refused_at_submit_on_24_11(node: str, args: tuple[str, ...]) -> None:
-    job, error = sbatch(node, "--exclusive", *args)
+    job, error = sbatch(node, "bob", "--exclusive", *args)
     assert job is None, f"sbatch --exclusive {' '.join(args)} was accepted: {job_fields(node, job)}"
     assert "QOSMaxGRESPerUser" in error and REFUSED in error and HOLDS_ALL in error, error
 
 
 def test_exclusive_within_the_limits_and_shared_jobs_run_on_24_11(node: str) -> None:
-    whole, messages = sbatch(node, "--exclusive", "--qos=exc-wide")
+    whole, messages = sbatch(node, "bob", "--exclusive", "--qos=exc-wide")
     assert whole is not None and HOLDS_ALL in messages, messages
     fields = job_fields(node, whole)
     assert "gres/gpu=4" in fields.get("TRES", "") or "gres/gpu=4" in fields.get("ReqTRES", ""), fields
     podman("exec", node, "scancel", str(whole))
-    shared, messages = sbatch(node, "--gres=gpu:1")
+    shared, messages = sbatch(node, "bob", "--gres=gpu:1")
     assert shared is not None and HOLDS_ALL not in messages, messages
     assert "gres/gpu=1" in job_fields(node, shared).get("ReqTRES", ""), job_fields(node, shared)
     podman("exec", node, "scancel", str(shared))

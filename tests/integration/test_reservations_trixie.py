@@ -23,6 +23,8 @@ from tests.fixtures.slurm2411 import require_opt_in
 require_opt_in()
 
 from tests.fixtures.slurm2411 import podman  # noqa: E402
+from tests.fixtures.slurm2411 import sbatch  # noqa: E402
+from tests.fixtures.slurm2411 import scontrol_fields  # noqa: E402
 from tests.fixtures.slurm2411 import slurm2411_node  # noqa: E402
 from webui.reservations.slurm import ReservationSpec  # noqa: E402
 from webui.reservations.slurm import SlurmReservations  # noqa: E402
@@ -55,24 +57,10 @@ def request(name: str, gpus: int, user: str = "alice") -> ReservationSpec:
     return ReservationSpec(name, user, now, now + dt.timedelta(hours=1), 1, "debug", gpus=gpus)
 
 
-def fields(node: str, *what: str) -> dict[str, str]:
-    out = podman("exec", node, "scontrol", "--oneliner", "show", *what, check=False).stdout
-    return dict(token.split("=", 1) for token in out.split() if "=" in token)
-
-
-def sbatch(node: str, user: str, *args: str) -> tuple[int | None, str]:
-    argv = ["exec", node, "runuser", "-u", user, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
-            "--mem=100", "--time=5", *args, "--wrap=sleep 300"]  # fmt: skip
-    proc = podman(*argv, check=False)
-    if proc.returncode == 0:
-        return int(proc.stdout.strip().split(";")[0]), proc.stderr.strip()
-    return None, proc.stderr.strip()
-
-
 def running(node: str, job: int) -> dict[str, str]:
     """The job's fields once it runs (within 30 s), else as they are then."""
     for _ in range(60):
-        job_fields = fields(node, "job", str(job))
+        job_fields = scontrol_fields(node, "job", str(job))
         if job_fields.get("JobState") == "RUNNING":
             break
         time.sleep(0.5)
@@ -83,9 +71,9 @@ def test_a_portal_reservation_holds_one_gpu_for_alice_on_24_11(node: str) -> Non
     res = portal(node)
     assert res.slurm_version() == (24, 11)
     assert "carme-alice-1" in res.create(request("carme-alice-1", 1))
-    shown = fields(node, "reservation", "carme-alice-1")
+    shown = scontrol_fields(node, "reservation", "carme-alice-1")
     assert shown["TRES"] == "cpu=1,gres/gpu=1" and shown["Users"] == "alice", shown  # 2 CPUs, 4 GPUs: 1 per GPU
-    assert shown["CoreCnt"] == "1" and fields(node, "node")["CPUTot"] == "2", shown  # not the whole node
+    assert shown["CoreCnt"] == "1" and scontrol_fields(node, "node")["CPUTot"] == "2", shown  # not the whole node
 
     mine, messages = sbatch(node, "alice", "--reservation=carme-alice-1", "--gres=gpu:1")
     assert mine is not None, messages
@@ -110,9 +98,9 @@ def test_a_second_reservation_shares_the_node_and_too_many_gpus_are_refused_on_2
         res.create(request("carme-alice-2", 4))  # carme-alice-1 holds one of the 4 GPUs
     assert "carme-alice-2" not in podman("exec", node, "scontrol", "show", "reservation", check=False).stdout
     res.create(request("carme-bob-3", 1, user="bob"))
-    shown = fields(node, "reservation", "carme-bob-3")
+    shown = scontrol_fields(node, "reservation", "carme-bob-3")
     assert shown["TRES"] == "cpu=1,gres/gpu=1" and shown["Users"] == "bob", shown
-    assert fields(node, "reservation", "carme-alice-1")["State"] == "ACTIVE"
+    assert scontrol_fields(node, "reservation", "carme-alice-1")["State"] == "ACTIVE"
     for name in ("carme-alice-1", "carme-bob-3"):
         res.delete(name)
     assert "No reservations" in podman("exec", node, "scontrol", "show", "reservation", check=False).stdout
