@@ -219,17 +219,14 @@ def _shortfall(spec: ReservationSpec, shown: str, *, gpus: bool) -> str:
     """Why the reservation Slurm shows (``scontrol --oneliner show reservation``) is smaller than ``spec``; ""."""
     if gpus:
         tres = re.search(r"\bTRES=(\S+)", shown)
-        got = gpu_tres(tres.group(1)) if tres else 0
-        if got < spec.gpus:
-            return (f"Requested GPUs are busy: Slurm found {got} of the {spec.gpus} GPUs asked for free in that "
-                    "window, so nothing was reserved")  # fmt: skip
+        got, wanted, what = (gpu_tres(tres.group(1)) if tres else 0), spec.gpus, "GPUs"
+    else:
+        found = re.search(r"\bNodeCnt=(\d+)\b", shown)
+        got, wanted, what = (int(found.group(1)) if found else 0), spec.node_count, "nodes"
+    if got >= wanted:
         return ""
-    found = re.search(r"\bNodeCnt=(\d+)\b", shown)
-    got = int(found.group(1)) if found else 0
-    if got < spec.node_count:
-        return (f"Requested nodes are busy: Slurm found {got} of the {spec.node_count} nodes asked for free in that "
-                "window, so nothing was reserved")  # fmt: skip
-    return ""
+    return (f"Requested {what} are busy: Slurm found {got} of the {wanted} {what} asked for free in that window, so "
+            "nothing was reserved")  # fmt: skip
 
 
 def _flagged(last: ReservationState | None, exc: Exception) -> ReservationState:
