@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from flask import Flask
 
+from carme_runtime.slurm_formats import count_gpus
 from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import SlurmReservations
 from webui.reservations.slurm import cpu_share
 from webui.reservations.slurm import create_argv
-from webui.reservations.slurm import gpu_tres
 from webui.reservations.slurm import parse_reservation
 from webui.reservations.slurm import parse_version
 from webui.slurm.client import SlurmClient
@@ -71,8 +71,8 @@ def test_versions_tres_and_cpu_shares_are_read() -> None:
     assert parse_version("slurm-wlm 24.11.5\n") == (24, 11)
     with pytest.raises(SlurmError, match="cannot read Slurm's version"):
         parse_version("scontrol: command not found")
-    assert gpu_tres("cpu=2,gres/gpu=1") == 1 and gpu_tres("gres/gpu:a100=2,license/x=1") == 2
-    assert gpu_tres("cpu=96") == 0 and gpu_tres("") == 0
+    assert count_gpus("cpu=2,gres/gpu=1") == 1 and count_gpus("gres/gpu:a100=2,license/x=1") == 2
+    assert count_gpus("cpu=96") == 0 and count_gpus("") == 0
     assert cpu_share(NODES, "interactive", 1) == 8 and cpu_share(NODES, "gpu", 1) == 8  # gpu01: 32 CPUs, 4 GPUs
     assert cpu_share(NODES, "gpu", 2) == 16 and cpu_share(NODES, "gpu", 3) == 24  # gpu02 (16, 2) cannot hold 3
     assert cpu_share(NODES, None, 8) == 16  # no node holds 8: the smallest node's CPUs

@@ -39,6 +39,7 @@ from carme_runtime.command_runner import RC_NOT_FOUND
 from carme_runtime.command_runner import RC_TIMEOUT
 from carme_runtime.command_runner import SubprocessRunner
 from carme_runtime.hostlist import expand_hostlist
+from carme_runtime.slurm_formats import count_gpus
 from webui.caches import SnapshotCache
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
@@ -51,7 +52,6 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,\[\]-]{1,200}$")
 GPU_RESERVATIONS_SINCE = (23, 2)
 #: The version taken where none is known: 22.05, whose reservations hold whole nodes
 WHOLE_NODES = (22, 5)
-_GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]*)?=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,6 @@ class ReservationSpec:
     cpus: int = 0
 
 
-def gpu_tres(tres: str) -> int:
-    """The GPUs a TRES string holds (``cpu=2,gres/gpu=1`` or ``gres/gpu:a100=2``), all types together."""
-    return sum(int(n) for n in _GPU_TRES.findall(tres or ""))
-
-
 def cpu_tres(tres: str) -> int:
     """The CPUs a TRES string names (``cpu=2,gres/gpu=1`` -> 2; 0 when it names none)."""
     found = re.search(r"(?:^|,)cpu=(\d+)", tres or "")
@@ -137,6 +132,7 @@ def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
     """A reservation as any slurmrestd version prints it (:func:`carme_runtime.slurmrest.reservation_record`)."""
     rec = slurmrest.reservation_record(raw)
     nodes = rec["node_list"]
+    gpus = count_gpus(rec["tres"])
     return Reservation(
         name=rec["name"],
         start=_epoch(rec["start_time"]),
@@ -146,8 +142,8 @@ def parse_reservation(raw: Mapping[str, Any]) -> Reservation:
         node_count=rec["node_count"],
         partition=rec["partition"],
         flags=tuple(str(f).upper() for f in rec["flags"]),
-        gpus=gpu_tres(rec["tres"]),
-        cpus=cpu_tres(rec["tres"]) if gpu_tres(rec["tres"]) else 0,
+        gpus=gpus,
+        cpus=cpu_tres(rec["tres"]) if gpus else 0,
     )
 
 
@@ -207,7 +203,7 @@ def cpu_share(show_node: str, partition: str | None, wanted: int) -> int:
     nodes = []
     for line in show_node.splitlines():
         fields = dict(token.split("=", 1) for token in line.split() if "=" in token)
-        gpus = sum(int(n) for n in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", fields.get("Gres", "")))
+        gpus = count_gpus(fields.get("Gres"))
         in_partition = partition is None or partition in fields.get("Partitions", "").split(",")
         if gpus > 0 and in_partition and fields.get("CPUTot", "").isdigit():
             nodes.append((int(fields["CPUTot"]), gpus))
@@ -219,7 +215,7 @@ def _shortfall(spec: ReservationSpec, shown: str, *, gpus: bool) -> str:
     """Why the reservation Slurm shows (``scontrol --oneliner show reservation``) is smaller than ``spec``; ""."""
     if gpus:
         tres = re.search(r"\bTRES=(\S+)", shown)
-        got, wanted, what = (gpu_tres(tres.group(1)) if tres else 0), spec.gpus, "GPUs"
+        got, wanted, what = (count_gpus(tres.group(1)) if tres else 0), spec.gpus, "GPUs"
     else:
         found = re.search(r"\bNodeCnt=(\d+)\b", shown)
         got, wanted, what = (int(found.group(1)) if found else 0), spec.node_count, "nodes"
