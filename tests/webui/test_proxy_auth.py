@@ -135,3 +135,24 @@ def test_a_stale_snapshot_is_rechecked_before_refusing(base_config: dict[str, An
     sched.max_ages.clear()
     assert auth(client, f"/proxy/{job_id}/lab").status_code == 200
     assert sched.max_ages == [None]
+
+
+def test_connect_looks_again_with_a_fresher_snapshot_before_saying_not_ready(base_config: dict[str, Any]) -> None:
+    """The dashboard (one worker) offered Connect; the click lands on a worker whose snapshot still says the node is
+    not responding or the app is starting: it asks Slurm again before refusing (seen in CI after a slurmd restart)."""
+    sched = StaleWorker()
+    app = make_app({**base_config, "SCHEDULER": sched})
+    client = app.test_client()
+    job_id = add_session(app, sched, "alice", ready=False)
+    log_in_as(app, client, "alice")
+    sched.max_ages.clear()
+    refused = client.get(f"/sessions/{job_id}/connect")  # really not ready: refused after the second look
+    assert refused.status_code == 302 and refused.headers["Location"].endswith("/"), refused.headers
+    assert sched.max_ages == [None, app.config["PROXY_RECHECK_SECONDS"]]
+
+    sched.stale = FakeScheduler.state(sched)  # this worker's snapshot: starting
+    sched.run(job_id, ready=True)  # what Slurm says now
+    sched.max_ages.clear()
+    resp = client.get(f"/sessions/{job_id}/connect")
+    assert resp.status_code == 302 and f"/proxy/{job_id}/" in resp.headers["Location"], resp.headers
+    assert sched.max_ages == [None, app.config["PROXY_RECHECK_SECONDS"]]

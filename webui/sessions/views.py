@@ -7,6 +7,7 @@ from typing import Any
 
 from flask import Blueprint
 from flask import abort
+from flask import current_app
 from flask import flash
 from flask import redirect
 from flask import render_template
@@ -143,7 +144,15 @@ def connect(job_id: str) -> Response:
         abort(404)
     if record.owner != user.username:
         abort(403)
-    views = session_views(current_scheduler().state(), [record])
+    sched = current_scheduler()
+    state = sched.state()
+    views = session_views(state, [record])
+    if not views or not views[0]["ready"]:
+        # Another worker (its own snapshot) may have offered this Connect already: look again with a fresher one
+        # before refusing, at most one query per PROXY_RECHECK_SECONDS per worker (as the proxy does).
+        fresh = sched.state(max_age=float(current_app.config["PROXY_RECHECK_SECONDS"]))
+        if fresh is not state:
+            views = session_views(fresh, [record])
     if not views or not views[0]["ready"]:
         flash(f"Session {jid} is not ready yet.")
         return redirect(url_for("dashboard.index"))
