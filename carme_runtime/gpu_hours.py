@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from datetime import UTC
 from datetime import datetime
 from datetime import tzinfo
+from typing import Any
 
 from carme_runtime.slurm_formats import gpu_count_from_tres
 from carme_runtime.slurm_formats import parse_parsable
@@ -90,31 +92,44 @@ def parse_sacct_parsable(text: str, tz: tzinfo | None = None) -> list[JobRecord]
     return out
 
 
+def job_record(raw: Mapping[str, Any]) -> JobRecord:
+    """One job of Slurm's accounting (``sacct --json``, ``GET /slurmdb/.../jobs``; any version
+    :func:`carme_runtime.slurmrest.account_job_record` reads) as a record: GPUs from its allocated TRES (a typed
+    ``gres/gpu:T`` counted once), start and end (``None``: not started, still running)."""
+    job = account_job_record(raw)
+    tres = {
+        f"gres/{item['name']}": str(item["count"])
+        for item in job["tres"]["allocated"]
+        if item["type"] == "gres" and item["name"].split(":")[0] == "gpu"
+    }
+    t = job["time"]
+    return JobRecord(
+        job_id=str(job["job_id"]),
+        user=job["user"],
+        account=job["account"],
+        gpus=gpu_count_from_tres(tres),
+        start=float(t["start"]) if t["start"] else None,
+        end=float(t["end"]) if t["end"] else None,
+    )
+
+
 def parse_sacct_json(text: str) -> list[JobRecord]:
-    """``sacct --json`` (any version :func:`carme_runtime.slurmrest.account_job_record` reads) -> records."""
+    """``sacct --json`` -> records (:func:`job_record`)."""
     data = json.loads(text)
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise ValueError("sacct --json: no 'jobs' list")
-    out = []
-    for raw in data["jobs"]:
-        job = account_job_record(raw)
-        tres = {
-            f"gres/{item['name']}": str(item["count"])
-            for item in job["tres"]["allocated"]
-            if item["type"] == "gres" and item["name"].split(":")[0] == "gpu"
-        }
-        t = job["time"]
-        out.append(
-            JobRecord(
-                job_id=str(job["job_id"]),
-                user=job["user"],
-                account=job["account"],
-                gpus=gpu_count_from_tres(tres),
-                start=float(t["start"]) if t["start"] else None,
-                end=float(t["end"]) if t["end"] else None,
-            )
-        )
-    return out
+    return [job_record(raw) for raw in data["jobs"]]
+
+
+def gpu_hours_within(rec: JobRecord, lo: float, hi: float, now: float) -> float:
+    """The one GPU-hour rule (the portal's budget and history, ``carme-quota report``): GPUs x the seconds the job
+    ran inside ``[lo, hi)`` / 3600, as Slurm charges a GPU-minute budget that it resets each period. A job still
+    running counts up to ``now``; one without GPUs or that never started counts nothing."""
+    if rec.gpus <= 0 or rec.start is None:
+        return 0.0
+    end = rec.end if rec.end is not None else now
+    start, stop = max(rec.start, lo), min(end, hi)
+    return rec.gpus * (stop - start) / 3600.0 if stop > start else 0.0
 
 
 @dataclass
@@ -147,13 +162,9 @@ def usage_from_sacct(
         now = datetime.now(UTC).timestamp()
     usage = Usage(month)
     for rec in records:
-        if rec.gpus <= 0 or rec.start is None:
+        hours = gpu_hours_within(rec, lo, hi, now)
+        if hours <= 0:
             continue
-        end = rec.end if rec.end is not None else now
-        start, stop = max(rec.start, lo), min(end, hi)
-        if stop <= start:
-            continue
-        hours = rec.gpus * (stop - start) / 3600.0
         usage.by_user[rec.user] = usage.by_user.get(rec.user, 0.0) + hours
         usage.by_account[rec.account] = usage.by_account.get(rec.account, 0.0) + hours
         usage.jobs += 1

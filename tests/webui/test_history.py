@@ -385,7 +385,8 @@ class _Client:
         self.asked.append((user, list(accounts), since))
         gpu = {"allocated": [{"type": "gres", "name": "gpu", "count": 2}]}
         return [
-            {"job_id": 5, "user": "bob", "name": "a", "state": {"current": "COMPLETED"}, "time": {"elapsed": 1800},
+            {"job_id": 5, "user": "bob", "name": "a", "state": {"current": "COMPLETED"},
+             "time": {"start": 1_793_600_000, "end": 1_793_601_800, "elapsed": 1800},
              "tres": gpu, "working_directory": "/home/bob", "comment": {"job": "x"}},
             {"job_id": 9, "user": "bob", "name": "b", "state": {"current": "RUNNING"}, "time": {"elapsed": 60}},
             {"job_id": 7, "user": "alice", "name": "c", "state": {"current": "COMPLETED"}, "time": {"elapsed": 60}},

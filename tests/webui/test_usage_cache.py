@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
+from carme_runtime import gpu_hours
 from webui import forms
 from webui.auth.logins import CurrentUser
 from webui.caches import SingleFlight
@@ -27,10 +28,12 @@ from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.jwt_tokens import TokenSource
 from webui.slurm.scheduler import SlurmScheduler
+from webui.slurm.scheduler import job_gpu_hours
 
 from .conftest import FakeScheduler
 
 SINCE = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+STARTED = int(SINCE.timestamp()) + 3600
 USERS = [f"u{i:03d}" for i in range(50)]
 ASSOCS = [{"user": u, "account": "research"} for u in USERS] + [
     {"user": "eve", "account": "physics"},
@@ -43,7 +46,8 @@ def gpu_job(user: str, account: str, gpus: int, hours: float) -> dict[str, Any]:
     return {
         "user": user,
         "account": account,
-        "time": {"elapsed": int(hours * 3600)},
+        # finished after SINCE (the one GPU-hour rule counts the seconds from SINCE on: start and end matter)
+        "time": {"start": STARTED, "end": STARTED + int(hours * 3600), "elapsed": int(hours * 3600)},
         "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]},
     }
 
@@ -216,3 +220,21 @@ def test_dashboard_value_is_not_refetched_per_load_and_start_reads_slurm(
         with pytest.raises(forms.FieldError, match="quota for this month is used up"):
             start_session(CurrentUser("alice", False), good)
         assert calls == ["alice"] * 3  # display once, each start once
+
+
+def test_the_portal_counts_gpu_hours_by_the_rule_of_carme_quota_report() -> None:
+    """One GPU-hour rule (issue 31): a job that began before the month counts from the month's start on, in the
+    portal's budget as in ``carme-quota report`` (and as Slurm's GPU-minute budget after its monthly reset); one
+    still running counts up to now."""
+    start = int(SINCE.timestamp())
+    across = gpu_job("bob", "research", 2, 3.0)
+    across["time"] = {"start": start - 3600, "end": start + 7200, "elapsed": 3 * 3600}  # 1 h in April, 2 h in May
+    running = gpu_job("bob", "research", 1, 0.0)
+    running["time"] = {"start": start + 3600, "end": 0, "elapsed": 0}
+    now = start + 2 * 3600
+    assert job_gpu_hours(across, start, now) == 4.0  # 2 GPUs x 2 h in May, not 2 x 3 h
+    assert job_gpu_hours(across, 0, now) == 6.0  # the whole job, as the history lists it
+    assert job_gpu_hours(running, start, now) == 1.0
+    records = [gpu_hours.job_record(j) for j in (across, running)]
+    report = gpu_hours.usage_from_sacct(records, "2024-05", tz=dt.UTC, now=now)
+    assert report.by_user == {"bob": 5.0}

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import importlib
 import json
+import math
 import os
 import threading
 import time
@@ -23,8 +24,9 @@ from typing import Protocol
 
 from flask import current_app
 
-from carme_runtime import slurmrest
 from carme_runtime.front import verify_endpoint as front_verify
+from carme_runtime.gpu_hours import gpu_hours_within
+from carme_runtime.gpu_hours import job_record
 from carme_runtime.launch import is_ready_status
 from carme_runtime.launch import probe_http as launch_probe
 from webui.caches import SingleFlight
@@ -178,10 +180,10 @@ class SlurmScheduler:
         """
         since_ts = int(since.timestamp())
         try:
-            total = 0.0
+            total, now = 0.0, time.time()
             for account in sorted(self._accounts_of(user)):
                 jobs = self._jobs_of_account(account, since_ts)
-                total += sum(job_gpu_hours(j) for j in jobs if j.get("user") == user)
+                total += sum(job_gpu_hours(j, since_ts, now) for j in jobs if j.get("user") == user)
         except SlurmError:
             return None
         return total
@@ -263,12 +265,11 @@ def _accounts_by_user(assocs: Sequence[Mapping[str, Any]]) -> dict[str, frozense
     return _AccountsByUser({u: frozenset(accts) for u, accts in found.items()})
 
 
-def job_gpu_hours(job: Mapping[str, Any]) -> float:
-    """GPUs allocated (``gres/gpu`` TRES) times the elapsed time of one accounting record (any version), in hours."""
-    rec = slurmrest.account_job_record(job)
-    gpus: int = sum(t["count"] for t in rec["tres"]["allocated"] if t["type"] == "gres" and t["name"] == "gpu")
-    elapsed: int = rec["time"]["elapsed"]
-    return gpus * elapsed / 3600.0
+def job_gpu_hours(job: Mapping[str, Any], since: float = 0.0, now: float | None = None) -> float:
+    """GPU-hours of one accounting record (any version) from ``since`` on: the one rule,
+    :func:`carme_runtime.gpu_hours.gpu_hours_within` (a job that began before ``since`` counts from there, as Slurm's
+    budget after its monthly reset; one still running up to ``now``)."""
+    return gpu_hours_within(job_record(job), since, math.inf, time.time() if now is None else now)
 
 
 def _state_of(jobs: Sequence[Any], nodes: Sequence[Any], parts: Sequence[Any], fetched_at: float) -> ClusterState:
