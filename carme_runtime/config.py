@@ -35,6 +35,8 @@ _SCHEMA: dict[str, tuple[type, object]] = {
     "apps_dirs": (list, ["/etc/carme/apps.d"]),
     "runtime": (str, "apptainer"),  # apptainer | charliecloud | none
     "env_prefix": (str, ""),  # NoneRuntime: venv/conda prefix
+    # ch-run's version (the carme_runtime role writes it where ch-run is newer than 0.31: runtimes.CharliecloudRuntime)
+    "charliecloud_version": (str, "0.31"),
     "ready_timeout_s": (int, 300),
     # Datasets bound into sessions: name -> absolute path (read-only; rendered from the inventory's carme_datasets).
     "datasets": (dict, {}),
@@ -83,6 +85,7 @@ class RuntimeConfig:
         "beeond_timeout_s",
         "bind_address",
         "cgroup_root",
+        "charliecloud_version",
         "dataset_dirs",
         "datasets",
         "env_prefix",
@@ -109,6 +112,7 @@ class RuntimeConfig:
     apps_dirs: list[str]
     runtime: str
     env_prefix: str
+    charliecloud_version: str
     ready_timeout_s: int
     datasets: dict[str, str]
     beeond: bool
@@ -166,6 +170,8 @@ class RuntimeConfig:
             raise ConfigError(f"{source}: hooks_scope must be one of {', '.join(HOOK_SCOPES)}")
         if self.runtime not in ("apptainer", "charliecloud", "none"):
             raise ConfigError(f"{source}: runtime must be 'apptainer', 'charliecloud' or 'none'")
+        if not re.match(r"^[0-9]+\.[0-9]+", self.charliecloud_version):
+            raise ConfigError(f"{source}: charliecloud_version must start with MAJOR.MINOR (ch-run --version)")
         paths = ("log_dir", "scratch_root", "cgroup_root", "beeond_data_root", "beeond_mount_root", "beeond_state_dir")
         for key in paths:
             if not os.path.isabs(getattr(self, key)):

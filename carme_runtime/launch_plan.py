@@ -78,7 +78,9 @@ def make_runtime(
         if socket_dir:
             allowed.append(AllowedBind(socket_dir))
         if name == "charliecloud":
-            return CharliecloudRuntime(allowed, home=home, user=user or _user_name())
+            return CharliecloudRuntime(
+                allowed, home=home, user=user or _user_name(), version=config.charliecloud_version
+            )
         return ApptainerRuntime(allowed)
     if name == "none":
         return NoneRuntime(image or config.env_prefix)

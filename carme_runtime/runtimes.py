@@ -8,7 +8,8 @@
   app's variables as ``APPTAINERENV_<NAME>`` (Apptainer's documented way; unlike ``--env`` it keeps
   secrets off the command line).
 * :class:`CharliecloudRuntime`: ``ch-run [--home] [-b SRC:DST]... [-c DIR] IMAGE -- argv...`` (Charliecloud
-  0.31, Debian's ``charliecloud-runtime``; fully unprivileged, user namespaces only, no setuid helper). ch-run
+  0.31, Debian 12's ``charliecloud-runtime``; on newer ch-run, Debian 13's 0.38, the home's parent is bound instead
+  of ``--home``; fully unprivileged, user namespaces only, no setuid helper). ch-run
   passes the host environment through (``ch-run(1)``, "ENVIRONMENT VARIABLES"), so the app's variables, the
   secret among them, travel in the environment of the ``ch-run`` process and never in argv. ch-run shares the
   host's ``/tmp`` at ``/tmp`` and its ``/dev``; bind destinations must already exist in the (read-only) image.
@@ -22,6 +23,7 @@ Charliecloud in a Debian 12 one (``tests/runtime/test_charliecloud_real.py``).
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC
 from abc import abstractmethod
 from collections.abc import Iterable
@@ -171,9 +173,13 @@ SHARED_TMP = "/tmp"
 class CharliecloudRuntime(Runtime):
     """Charliecloud's ``ch-run``: unprivileged, the image a directory (or a SquashFS file where squashfuse works).
 
-    * Home: ``--home`` binds ``$HOME`` at ``/home/$USER`` (over a tmpfs on ``/home``); a bind of the home
-      directory is expressed that way, so it needs no mount point in the image. Where the host home is not
-      ``/home/$USER`` the session's working directory is translated (``-c``).
+    * Home on ch-run 0.31 (``version``, runtime.json's ``charliecloud_version``): ``--home`` binds ``$HOME`` at
+      ``/home/$USER`` (over a tmpfs on ``/home``); a bind of the home directory is expressed that way, so it needs
+      no mount point in the image. Where the host home is not ``/home/$USER`` the session's working directory is
+      translated (``-c``). On newer ch-run (0.38, Debian 13) ``--home`` implies ``--write-fake``, whose overlay
+      hides the sources of the other binds (``/srv/...``): there the home's parent directory is bound at the same
+      path (``--bind=/home:/home``; it must exist in the image, as ``/home`` does), so the home keeps its path and
+      other users' homes are as visible as on the node, guarded by their own permissions.
     * Other binds (job scratch, read-only datasets) need their destination in the image (:meth:`mount_point`);
       for a directory image without it or a parent to use, :class:`BindNotAllowed` names the fix (create it in
       the image definition) before ch-run would fail. ch-run 0.31 has no read-only bind: a dataset directory is bound as
@@ -196,19 +202,22 @@ class CharliecloudRuntime(Runtime):
         home: str,
         user: str,
         executable: str = "ch-run",
+        version: str = "0.31",
     ) -> None:
         self.allowed = list(allowed)
         self.home = os.path.normpath(home)
         self.user = user
         self.executable = executable
+        #: ``--home`` (ch-run 0.31) or the home's parent bound at its path (newer ch-run)
+        self.home_option = version_tuple(version) <= (0, 31)
 
     @property
     def guest_home(self) -> str:
         return f"/home/{self.user}"
 
     def guest_path(self, path: str) -> str:
-        """Where a host path under the home directory appears inside the container (``--home``)."""
-        if _under(path, self.home):
+        """Where a host path under the home directory appears inside the container (moved by ``--home`` only)."""
+        if self.home_option and _under(path, self.home):
             return self.guest_home + path[len(self.home) :]
         return path
 
@@ -229,6 +238,15 @@ class CharliecloudRuntime(Runtime):
             "definition (ch-run cannot create it in a read-only image)"
         )
 
+    def home_bind(self, image: str, used: set[str]) -> str:
+        """``--bind=PARENT:PARENT`` of the home (newer ch-run, no ``--home``); the parent must be in the image."""
+        parent = os.path.dirname(self.home)
+        in_image = not os.path.isdir(image) or os.path.isdir(os.path.join(image, parent.lstrip("/")))
+        if parent == "/" or parent in used or not in_image:
+            raise BindNotAllowed(f"image {image} has no directory {parent} to bind the home {self.home} on")
+        used.add(parent)
+        return f"--bind={parent}:{parent}"
+
     def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
         if not image or image.startswith("-") or "\n" in image or not os.path.isabs(image):
             raise ValueError(f"bad image {image!r} (an absolute path to an image directory or SquashFS file)")
@@ -239,7 +257,7 @@ class CharliecloudRuntime(Runtime):
         used: set[str] = set()
         for bind in checked:
             if bind.src == self.home and bind.dst == self.home:
-                cmd.append("--home")
+                cmd.append("--home" if self.home_option else self.home_bind(image, used))
                 continue
             if _under(bind.src, SHARED_TMP) and bind.src == bind.dst:
                 continue  # already there: ch-run shares /tmp
@@ -265,6 +283,14 @@ class CharliecloudRuntime(Runtime):
             if key not in env:
                 out.pop(key, None)  # host paths that would mislead the image's Python
         return out
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version string such as ch-run's ``0.38`` or ``0.31~pre+g1234``."""
+    found = re.match(r"\s*([0-9]+)\.([0-9]+)", version)
+    if not found:
+        raise ValueError(f"bad version {version!r}")
+    return int(found.group(1)), int(found.group(2))
 
 
 class NoneRuntime(Runtime):

@@ -110,3 +110,64 @@ def test_secret_travels_in_the_environment_never_in_argv(tmp_path: Path) -> None
     assert env["PATH"] == CONTAINER_PATH
     assert (env["HOME"], env["USER"], env["TMPDIR"]) == ("/home/alice", "alice", "/tmp")
     assert "VIRTUAL_ENV" not in env
+
+
+# -- ch-run newer than 0.31 (Debian 13's 0.38): --home implies --write-fake there, so the home's parent is bound --
+def runtime_038(home: str = "/home/alice") -> CharliecloudRuntime:
+    allow = default_allow_list(home, "/scratch", ["/srv/datasets/demo"])
+    return CharliecloudRuntime(allow, home=home, user="alice", version="0.38")
+
+
+def test_ch_run_038_binds_the_home_explicitly_and_keeps_its_path(tmp_path: Path) -> None:
+    image = image_with(tmp_path, "/home", "/scratch/41", "/srv/datasets/demo")
+    binds = default_binds("/home/alice", "/scratch/41", ["/srv/datasets/demo"])
+    argv = runtime_038().wrap(APP, image=image, binds=binds, gpus=0, env={}, workdir="/home/alice/project")
+    assert argv == [
+        "ch-run",
+        "--bind=/home:/home",
+        "--bind=/scratch/41:/scratch/41",
+        "--bind=/srv/datasets/demo:/srv/datasets/demo",
+        "--cd=/home/alice/project",
+        image,
+        "--",
+        *APP,
+    ]
+    env = runtime_038().environment({}, {"HOME": "/home/alice"})
+    assert env["HOME"] == "/home/alice"
+
+
+def test_ch_run_038_home_elsewhere_keeps_its_path_and_needs_its_parent(tmp_path: Path) -> None:
+    argv = runtime_038("/u/alice").wrap(
+        ["id"], image="/srv/img.sqfs", binds=[Bind("/u/alice", "/u/alice")], gpus=0, env={}, workdir="/u/alice/w"
+    )
+    assert argv == ["ch-run", "--bind=/u:/u", "--cd=/u/alice/w", "/srv/img.sqfs", "--", "id"]
+    image = image_with(tmp_path, "/scratch")  # no /u in this directory image
+    with pytest.raises(BindNotAllowed, match="no directory /u"):
+        runtime_038("/u/alice").wrap(["id"], image=image, binds=[Bind("/u/alice", "/u/alice")], gpus=0, env={})
+
+
+@pytest.mark.parametrize(
+    ("version", "home_option"),
+    [("0.31", True), ("0.31~pre+g1a2b", True), ("0.30", True), ("0.38", False), ("0.38-1", False), ("1.0", False)],
+)
+def test_the_version_picks_the_home_mode(version: str, home_option: bool) -> None:
+    assert CharliecloudRuntime([], home="/home/a", user="a", version=version).home_option is home_option
+
+
+def test_a_bad_version_is_refused() -> None:
+    with pytest.raises(ValueError, match="bad version"):
+        CharliecloudRuntime([], home="/home/a", user="a", version="latest")
+
+
+def test_runtime_json_names_the_version_the_launcher_uses() -> None:
+    from carme_runtime.config import ConfigError
+    from carme_runtime.config import RuntimeConfig
+    from carme_runtime.launch_plan import make_runtime
+
+    default = make_runtime("charliecloud", "/srv/i.sqfs", RuntimeConfig.from_mapping({}), "/home/a", user="a")
+    newer = RuntimeConfig.from_mapping({"charliecloud_version": "0.38"})
+    assert isinstance(default, CharliecloudRuntime) and default.home_option
+    rt = make_runtime("charliecloud", "/srv/i.sqfs", newer, "/home/a", user="a")
+    assert isinstance(rt, CharliecloudRuntime) and not rt.home_option
+    with pytest.raises(ConfigError, match="charliecloud_version"):
+        RuntimeConfig.from_mapping({"charliecloud_version": "new"})
