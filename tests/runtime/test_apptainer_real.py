@@ -20,7 +20,6 @@ roles/apptainer. The node is removed however the test ends.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from carme_admin import images
+from carme_admin import sif_cache
 from carme_admin.image_apptainer import Run
 from carme_runtime.images import image_digest
 from tests.roles.harness import ansible_env
@@ -128,9 +128,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, 
         subprocess.run(["bash", str(REPO / "scripts" / "image-base.sh")], capture_output=True, text=True, check=True,
                        timeout=600).stdout.strip().splitlines()[-1]
     )  # fmt: skip
-    recipe = [(REPO / "images/session/base.def").read_text(), (base / ".carme-recipe").read_text(),
-              (REPO / "carme_admin/image_apptainer.py").read_text()]  # fmt: skip
-    dest = SIF_CACHE / hashlib.sha256("\0".join(recipe).encode()).hexdigest()[:16]
+    dest = SIF_CACHE / sif_cache.recipe_key(base, REPO)
     dest.mkdir(parents=True, exist_ok=True)
     work = tmp_path_factory.mktemp("work")
     work.chmod(0o755)
