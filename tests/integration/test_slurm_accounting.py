@@ -103,3 +103,36 @@ def test_a_bad_admin_level_fails_naming_the_user_and_writes_nothing(cluster: Hos
     assert run.rc != 0
     assert f"users[0] ({OPERATOR}): admin_level must be one of None, Operator, Administrator" in run.output
     assert SERVICES not in cluster.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"]).stdout
+
+
+def coordinators(cluster: HostSlurm, account: str) -> list[str]:
+    shown = cluster.run(["sacctmgr", "-n", "-P", "show", "account", account, "withcoord", "format=coordinators"])
+    return sorted(c for c in shown.stdout.strip().split(",") if c)
+
+
+def test_coordinators_are_exactly_the_declared_ones_idempotent_and_checked(cluster: HostSlurm) -> None:
+    """A project's managers are its account's coordinators (issue 31): added, removed, unchanged on a second run."""
+    users = [{"name": u, "account": SERVICES} for u in ("alice", "bob", OPERATOR)]
+
+    def accounts(names: list[str] | None) -> list[dict[str, Any]]:
+        return [{"name": SERVICES, "qos": ["normal"], "default_qos": "normal", "coordinators": names}]
+
+    def run(names: list[str] | None) -> ModuleRun:
+        args = {"cluster": CLUSTER, "accounts": accounts(names), "users": users, "purge_users": False}
+        return run_module("slurm", "slurm_accounting", args, env={"SLURM_CONF": str(cluster.slurm_conf)})
+
+    try:
+        first = run(["alice", "bob"])
+        assert first.rc == 0 and coordinators(cluster, SERVICES) == ["alice", "bob"], first.output
+        again = run(["bob", "alice"])
+        assert again.rc == 0 and not again.result["changed"], again.result.get("commands")
+        swapped = run(["bob", OPERATOR])
+        assert swapped.rc == 0 and coordinators(cluster, SERVICES) == ["bob", OPERATOR], swapped.output
+        assert swapped.result["diff"]["after"]["coordinators"] == {SERVICES: ["bob", OPERATOR]}
+        kept = run(None)  # not declared: left as they are
+        assert kept.rc == 0 and not kept.result["changed"] and coordinators(cluster, SERVICES) == ["bob", OPERATOR]
+        bad = run(["alice;rm"])
+        assert bad.rc != 0 and f"accounts[0] ({SERVICES}).coordinators: not a user name: 'alice;rm'" in bad.output
+    finally:
+        for user in ("alice", "bob"):
+            cluster.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}", f"account={SERVICES}"], check=False)

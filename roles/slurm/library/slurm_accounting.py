@@ -28,6 +28,7 @@ options:
     description:
       - "Accounts: name, description, organization, parent, qos, default_qos, plus association limits (ASSOC_FIELDS:
         GrpTRES, GrpTRESMins, GrpJobs, MaxJobs, ...) that bound the account as a whole (a group budget)."
+      - "coordinators: the account's coordinators (its project managers), exactly these when given; unset leaves them."
     type: list
     elements: dict
     default: []
@@ -66,53 +67,46 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-# sacctmgr "set" key -> "format" column for the same field
+# sacctmgr "set" key -> "format" column for the same field (the same name, then the renamed ones)
 QOS_FIELDS = {
-    "Description": "Description",
-    "Flags": "Flags",
-    "GrpJobs": "GrpJobs",
+    **{k: k for k in ("Description", "Flags", "GrpJobs", "GrpTRES", "GrpTRESMins", "GrpWall", "GraceTime")},
+    **{k: k for k in ("MaxTRESPerNode", "MaxWall", "Preempt", "PreemptMode", "Priority", "UsageFactor")},
     "GrpSubmitJobs": "GrpSubmit",
-    "GrpTRES": "GrpTRES",
-    "GrpTRESMins": "GrpTRESMins",
-    "GrpWall": "GrpWall",
-    "GraceTime": "GraceTime",
     "MaxJobsPerUser": "MaxJobsPU",
     "MaxSubmitJobsPerUser": "MaxSubmitPU",
     "MaxTRESPerJob": "MaxTRES",
-    "MaxTRESPerNode": "MaxTRESPerNode",
     "MaxTRESPerUser": "MaxTRESPU",
-    "MaxWall": "MaxWall",
-    "Preempt": "Preempt",
-    "PreemptMode": "PreemptMode",
-    "Priority": "Priority",
-    "UsageFactor": "UsageFactor",
 }
 # association limits: sacctmgr "set" key -> "format" column of `sacctmgr show assoc`
 ASSOC_FIELDS = {
-    "GrpJobs": "GrpJobs",
+    **{k: k for k in ("GrpJobs", "GrpTRES", "GrpTRESMins", "GrpTRESRunMins", "GrpWall", "MaxJobs", "Priority")},
     "GrpSubmitJobs": "GrpSubmit",
-    "GrpTRES": "GrpTRES",
-    "GrpTRESMins": "GrpTRESMins",
-    "GrpTRESRunMins": "GrpTRESRunMins",
-    "GrpWall": "GrpWall",
-    "MaxJobs": "MaxJobs",
     "MaxSubmitJobs": "MaxSubmit",
     "MaxTRESPerJob": "MaxTRES",
     "MaxTRESMinsPerJob": "MaxTRESMins",
     "MaxWallDurationPerJob": "MaxWall",
-    "Priority": "Priority",
 }
-TRES_KEYS = {
-    "GrpTRES",
-    "GrpTRESMins",
-    "GrpTRESRunMins",
-    "MaxTRESPerJob",
-    "MaxTRESMinsPerJob",
-    "MaxTRESPerUser",
-    "MaxTRESPerNode",
-}
+TRES_KEYS = {"GrpTRES", "GrpTRESMins", "GrpTRESRunMins", "MaxTRESPerJob", "MaxTRESMinsPerJob", "MaxTRESPerUser", "MaxTRESPerNode"}
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ADMIN_LEVELS = {"none": "None", "operator": "Operator", "administrator": "Administrator"}
+
+
+UNSET_TIMES = ("", "-1", "UNLIMITED", "INFINITE")
+
+
+def to_seconds(value, plain):
+    """A Slurm time string in seconds: 'N' (N * ``plain`` seconds), 'M:S', 'H:M:S', 'D-H', 'D-H:M', 'D-H:M:S'."""
+    days = 0
+    if "-" in value:
+        d, value = value.split("-", 1)
+        days = int(d)
+        hours, minutes, seconds = ([int(x) for x in value.split(":")] + [0, 0])[:3]
+    else:
+        parts = [int(x) for x in value.split(":")]
+        if len(parts) == 1:
+            return parts[0] * plain
+        hours, minutes, seconds = [0] * (3 - len(parts)) + parts
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 def norm_time(value):
@@ -122,44 +116,23 @@ def norm_time(value):
     up to the next minute"): sacctmgr stores MaxWall=00:00:30 as one minute, and prints 00:01:00.
     """
     value = str(value).strip()
-    if value in ("", "-1", "UNLIMITED", "INFINITE"):
+    if value in UNSET_TIMES:
         return ""
     try:
-        days = 0
-        if "-" in value:
-            d, value = value.split("-", 1)
-            days = int(d)
-            parts = [int(x) for x in value.split(":")] + [0, 0]
-            hours, minutes, seconds = parts[0], parts[1], parts[2]
-        else:
-            parts = [int(x) for x in value.split(":")]
-            if len(parts) == 1:
-                hours, minutes, seconds = 0, parts[0], 0
-            elif len(parts) == 2:
-                hours, minutes, seconds = 0, parts[0], parts[1]
-            else:
-                hours, minutes, seconds = parts[0], parts[1], parts[2]
+        return str(-(-to_seconds(value, 60) // 60))
     except ValueError:
         return value
-    return str(days * 1440 + hours * 60 + minutes + -(-seconds // 60))
 
 
 def norm_seconds(value):
     """GraceTime to seconds: a plain number is seconds (sacctmgr's unit for it), and sacctmgr prints '00:00:30'."""
     value = str(value).strip()
-    if value in ("", "-1", "UNLIMITED", "INFINITE"):
+    if value in UNSET_TIMES:
         return "0"
     try:
-        if "-" in value:  # days-hours[:minutes[:seconds]]
-            d, rest = value.split("-", 1)
-            hours, minutes, seconds = ([int(x) for x in rest.split(":")] + [0, 0])[:3]
-            return str(int(d) * 86400 + hours * 3600 + minutes * 60 + seconds)
-        total = 0
-        for part in value.split(":"):  # seconds, minutes:seconds or hours:minutes:seconds
-            total = total * 60 + int(part)
+        return str(to_seconds(value, 1))
     except ValueError:
         return value
-    return str(total)
 
 
 def norm(key, value):
@@ -219,7 +192,7 @@ class Sacctmgr:
 
 
 ASSOC_KEYS = {
-    "accounts": {"name", "description", "organization", "parent", "qos", "default_qos"},
+    "accounts": {"name", "description", "organization", "parent", "qos", "default_qos", "coordinators"},
     "users": {"name", "account", "qos", "default_qos", "admin_level"},
 }
 
@@ -234,6 +207,25 @@ def limit_changes(item, cur, before, after, section, label):
             before.setdefault(section, {}).setdefault(label, {})[key] = have
             after.setdefault(section, {}).setdefault(label, {})[key] = item[key]
     return changes
+
+
+def apply_coordinators(s, accounts, before, after):
+    """Make each account's coordinators (sacctmgr's per-account managers) exactly those it declares."""
+    declared = {a["name"]: sorted(set(a["coordinators"])) for a in accounts if a.get("coordinators") is not None}
+    if not declared:
+        return
+    rows = s.show("account", ["account", "coordinators"], where=["withcoord"])
+    current = {r["account"]: sorted(c for c in r.get("coordinators", "").split(",") if c) for r in rows}
+    for name, want in sorted(declared.items()):
+        have = current.get(name, [])
+        add, remove = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        if add:
+            s.run(["add", "coordinator", "account=" + name, "names=" + ",".join(add)])
+        if remove:
+            s.run(["remove", "coordinator", "account=" + name, "names=" + ",".join(remove)])
+        if add or remove:
+            before.setdefault("coordinators", {})[name] = have
+            after.setdefault("coordinators", {})[name] = want
 
 
 def validate(module, p):
@@ -258,6 +250,9 @@ def validate(module, p):
                         msg=f"{kind}[{i}] ({name}): unknown field(s) {', '.join(unknown)}; "
                         f"known: {', '.join(sorted(ASSOC_KEYS[kind] | set(ASSOC_FIELDS)))}"
                     )
+            bad = [c for c in item.get("coordinators") or [] if not NAME_RE.match(str(c))] if kind == "accounts" else []
+            if bad:
+                module.fail_json(msg=f"accounts[{i}] ({name}).coordinators: not a user name: {bad[0]!r}")
             if kind == "users" and not item.get("account"):
                 module.fail_json(msg=f"users[{i}] ({name}): account is required")
             level = item.get("admin_level") if kind == "users" else None
@@ -350,6 +345,8 @@ def main():
             s.run(["modify", "account", "where", "name=" + name, "cluster=" + cluster, "set", *sets])
             after.setdefault("accounts", {}).setdefault(name, sets)
 
+    apply_coordinators(s, p["accounts"], before, after)
+
     # users (one association per user and account)
     user_rows = [r for r in assocs if r["user"]]
     have = {(r["user"], r["account"]): r for r in user_rows}
@@ -369,18 +366,8 @@ def main():
         if u.get("default_qos") and u["default_qos"] != cur["defaultqos"]:
             sets.append("DefaultQOS=" + u["default_qos"])
         if sets:
-            s.run(
-                [
-                    "modify",
-                    "user",
-                    "where",
-                    "name=" + user,
-                    "account=" + account,
-                    "cluster=" + cluster,
-                    "set",
-                    *sets,
-                ]
-            )
+            where = ["where", "name=" + user, "account=" + account, "cluster=" + cluster]
+            s.run(["modify", "user", *where, "set", *sets])
             after.setdefault("users", {}).setdefault(user, sets)
     # admin levels (a property of the user, not of an association)
     levels = {u["name"]: ADMIN_LEVELS[str(u["admin_level"]).lower()] for u in p["users"] if u.get("admin_level")}
