@@ -135,4 +135,5 @@ def test_coordinators_are_exactly_the_declared_ones_idempotent_and_checked(clust
         assert bad.rc != 0 and f"accounts[0] ({SERVICES}).coordinators: not a user name: 'alice;rm'" in bad.output
     finally:
         for user in ("alice", "bob"):
-            cluster.run(["sacctmgr", "-i", "delete", "user", "where", f"name={user}", f"account={SERVICES}"], check=False)
+            where = ["where", f"name={user}", f"account={SERVICES}"]
+            cluster.run(["sacctmgr", "-i", "delete", "user", *where], check=False)
