@@ -345,8 +345,6 @@ def main():
             s.run(["modify", "account", "where", "name=" + name, "cluster=" + cluster, "set", *sets])
             after.setdefault("accounts", {}).setdefault(name, sets)
 
-    apply_coordinators(s, p["accounts"], before, after)
-
     # users (one association per user and account)
     user_rows = [r for r in assocs if r["user"]]
     have = {(r["user"], r["account"]): r for r in user_rows}
@@ -379,6 +377,7 @@ def main():
                 s.run(["modify", "user", "where", "name=" + user, "set", "AdminLevel=" + level])
                 before.setdefault("admin_level", {})[user] = have_level
                 after.setdefault("admin_level", {})[user] = level
+    apply_coordinators(s, p["accounts"], before, after)  # after the users: a coordinator must be one
     if p["purge_users"]:
         managed = {a["name"] for a in p["accounts"]}
         for user, account in sorted(have):
