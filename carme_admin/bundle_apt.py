@@ -17,6 +17,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from datetime import datetime
 from pathlib import Path
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-URI_LINE = re.compile(r"^'(?P<url>[^']+)' (?P<file>\S+) (?P<size>\d+) (?P<algo>[A-Za-z0-9]+):(?P<hash>[0-9a-f]+)$")
+# apt prints no hash for some suites' packages (seen for bookworm-security): those lines end after the size, and the
+# hash is read from the package's own record (apt-cache show), never left out
+URI_LINE = re.compile(r"^'(?P<url>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<algo>[A-Za-z0-9]+):(?P<hash>[0-9a-f]+))?$")
 HASHES = {"MD5Sum": "md5", "SHA1": "sha1", "SHA256": "sha256", "SHA512": "sha512"}
 
 
@@ -85,8 +88,29 @@ class PrivateApt:
 
     def uris(self, names: list[str]) -> list[Uri]:
         out = self._run("apt-get", "install", "--print-uris", "-y", "--no-install-recommends", *names)
-        found = [URI_LINE.match(line.strip()) for line in out.splitlines()]
-        return [Uri(m["url"], m["file"], int(m["size"]), m["algo"], m["hash"]) for m in found if m]
+        found = [m for m in (URI_LINE.match(line.strip()) for line in out.splitlines()) if m]
+        unhashed = [m["file"] for m in found if not m["hash"]]
+        known = self.record_hashes(unhashed) if unhashed else {}
+        return [Uri(m["url"], m["file"], int(m["size"]), *((m["algo"], m["hash"]) if m["hash"] else known[m["file"]]))
+                for m in found]  # fmt: skip
+
+    def record_hashes(self, files: list[str]) -> dict[str, tuple[str, str]]:
+        """``name_version_arch.deb`` -> ("SHA256", hash) from the packages' records (``apt-cache show``)."""
+        wanted: dict[tuple[str, str], str] = {}
+        for deb in files:
+            name, version, _arch = deb.removesuffix(".deb").split("_")
+            wanted[(name, urllib.parse.unquote(version))] = deb
+        out = self._run("apt-cache", "show", "--no-all-versions", *(f"{n}={v}" for n, v in wanted))
+        found: dict[str, tuple[str, str]] = {}
+        for record in out.split("\n\n"):
+            fields = dict(re.findall(r"^([A-Za-z0-9-]+): (.*)$", record, flags=re.MULTILINE))
+            listed = wanted.get((fields.get("Package", ""), fields.get("Version", "")))
+            if listed and fields.get("SHA256"):
+                found[listed] = ("SHA256", fields["SHA256"])
+        missing = sorted(set(files) - set(found))
+        if missing:
+            raise AptError(f"no checksum for {', '.join(missing)} in the mirror's index")
+        return found
 
 
 def _fetch(uri: Uri, dest: Path) -> None:

@@ -167,3 +167,22 @@ def test_the_role_renders_the_bundle_as_the_only_source() -> None:
     lines = [x for x in template.render(common_offline_bundle_path="/srv/bundle/").splitlines() if x[:1] != "#"]
     assert lines == ["deb [trusted=yes] file:/srv/bundle/apt ./"]
     assert _yaml(ROLES / "common" / "defaults" / "main.yml")["common_offline_bundle_path"] == ""
+
+
+def test_a_package_apt_prints_without_a_hash_is_kept_with_its_records_hash(tmp_path: Path, monkeypatch: Any) -> None:
+    """apt --print-uris gives bookworm-security's packages no hash: they were left out of the bundle (libevent-dev,
+    which libpmix-dev needs, was missing on the site scenario's nodes); now their hash comes from apt-cache show."""
+    from carme_admin import bundle_apt
+
+    apt = bundle_apt.PrivateApt(tmp_path, "http://m/debian", "bookworm", "amd64")
+    printed = {
+        "apt-get": "Need to get 2 kB\n'http://m/debian-security/pool/libx_1.0%2bdeb12u1_amd64.deb' "
+        "libx_1.0+deb12u1_amd64.deb 10 \n'http://m/debian/pool/y_1%3a2_all.deb' y_1%3a2_all.deb 5 SHA256:ab\n",
+        "apt-cache": "Package: libx\nVersion: 1.0+deb12u1\nSHA256: cd\n\nPackage: other\nVersion: 1\nSHA256: ef\n",
+    }
+    monkeypatch.setattr(apt, "_run", lambda tool, *args, **kw: printed[tool])
+    found = [(u.filename, u.size, u.algo, u.digest) for u in apt.uris(["libx", "y"])]
+    assert found == [("libx_1.0+deb12u1_amd64.deb", 10, "SHA256", "cd"), ("y_1%3a2_all.deb", 5, "SHA256", "ab")]
+    printed["apt-cache"] = ""
+    with pytest.raises(bundle_apt.AptError, match=r"no checksum for libx_1\.0"):
+        apt.uris(["libx"])
