@@ -207,6 +207,36 @@ def reservation_record(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def account_record(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An account of Slurm's accounting (``GET /slurmdb/.../accounts``): ``coordinators`` a list of user names."""
+    coords = raw.get("coordinators")
+    return {
+        "name": _text(raw.get("name")),
+        "description": _text(raw.get("description")),
+        "coordinators": sorted(
+            _text(c.get("name")) for c in (coords if isinstance(coords, list) else []) if isinstance(c, dict)
+        ),
+    }
+
+
+def association_record(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An association (``GET /slurmdb/.../associations``): ``user`` "" for the account's own; ``grp_tres_minutes``
+    its GrpTRESMins as ``{"gres/gpu": minutes, ...}`` (the same shape from v0.0.38 on)."""
+    minutes = _sub(_sub(_sub(raw, "max"), "tres"), "group").get("minutes")
+    tres = [t for t in (minutes if isinstance(minutes, list) else []) if isinstance(t, dict)]
+    return {
+        "account": _text(raw.get("account")),
+        "user": _text(raw.get("user")),
+        "grp_tres_minutes": {_tres_key(t): number(t.get("count")) for t in tres},
+    }
+
+
+def _tres_key(tres: Mapping[str, Any]) -> str:
+    """``gres/gpu`` (or ``cpu``) of a TRES item ``{"type": "gres", "name": "gpu", "count": n}``."""
+    kind, name = _text(tres.get("type")), _text(tres.get("name"))
+    return f"{kind}/{name}" if name else kind
+
+
 def account_job_record(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A job of Slurm's accounting (``GET /slurmdb/.../jobs``, ``sacct --json``) in dbv0.0.38's shape."""
     state = raw.get("state")

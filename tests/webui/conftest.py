@@ -40,6 +40,7 @@ from webui.reservations.slurm import ReservationState
 from webui.reservations.slurm import reserves_gpus
 from webui.slurm.errors import SlurmError
 from webui.slurm.records import AccountJob
+from webui.slurm.records import SlurmProject
 from webui.slurm.session_spec import SessionSpec
 from webui.slurm.session_spec import build_payload
 from webui.slurm.session_spec import load_apps
@@ -155,6 +156,21 @@ class FakeScheduler:
             raise SlurmError(self.error)
         mine = [j for j in self.accounting if j.user == user and (not j.end_time or j.end_time >= since.timestamp())]
         return sorted(mine, key=lambda j: j.job_id, reverse=True)
+
+    #: Slurm's accounts as projects (tests set it per instance)
+    project_list: tuple[SlurmProject, ...] = ()
+
+    def projects(self) -> list[SlurmProject]:
+        if self.error:
+            raise SlurmError(self.error)
+        return list(self.project_list)
+
+    def project_jobs(self, account: str, since: dt.datetime, until: dt.datetime) -> list[AccountJob]:
+        if self.error:
+            raise SlurmError(self.error)
+        lo, hi = since.timestamp(), until.timestamp()
+        ran = [j for j in self.accounting if j.account == account and j.start_time and lo <= j.start_time < hi]
+        return sorted(ran, key=lambda j: j.job_id, reverse=True)
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
         return self.app_up

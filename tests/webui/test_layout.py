@@ -17,7 +17,19 @@ WEBUI = Path(__file__).resolve().parents[2] / "webui"
 #: what webui/'s root may hold besides the feature packages: the app factory and what every feature shares
 CORE = {"__init__", "wsgi", "settings", "extensions", "models", "forms", "caches", "tokens", "user_lock"}
 #: one package per feature, and webui/slurm/ for Slurm's REST client, records, cluster state and scheduler
-PACKAGES = {"admin", "api", "auth", "dashboard", "history", "monitoring", "quota", "reservations", "sessions", "slurm"}
+PACKAGES = {
+    "admin",
+    "api",
+    "auth",
+    "dashboard",
+    "history",
+    "monitoring",
+    "projects",
+    "quota",
+    "reservations",
+    "sessions",
+    "slurm",
+}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

@@ -165,6 +165,11 @@ class SlurmClient:
         assocs = self.request("GET", path, user).get("associations") or []
         return [a for a in assocs if isinstance(a, dict)]
 
+    def accounts(self, user: str) -> list[dict[str, Any]]:
+        """Slurm's accounts with their coordinators, as ``user`` sees them."""
+        accts = self.request("GET", self.api_for(user).db_path("accounts"), user).get("accounts") or []
+        return [a for a in accts if isinstance(a, dict)]
+
     def account_jobs(self, user: str, accounts: Iterable[str], since: int) -> list[dict[str, Any]]:
         """Every job of ``accounts`` since ``since`` (epoch) from slurmdbd, without steps, as ``user`` sees them.
 

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from carme_runtime import slurmrest
+from carme_runtime.gpu_hours import job_record as usage_record
 from carme_runtime.hostlist import expand_hostlist
 from carme_runtime.slurm_formats import count_gpus
 from webui.slurm.state import Job
@@ -84,6 +86,47 @@ class AccountJob:
     comment: str  # the job's comment (the launcher's ``carme:v1;...``)
     workdir: str
     std_out: str  # as recorded (with %j etc.), "" when this Slurm does not record it
+    account: str = ""
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class SlurmProject:
+    """A project is a Slurm account: its coordinators manage it, its users' associations are its members, and the
+    GrpTRESMins of its own association (``gres/gpu``) is its GPU budget per period (``None``: none)."""
+
+    name: str
+    description: str
+    managers: tuple[str, ...]
+    members: tuple[str, ...]
+    gpu_minutes: int | None
+
+
+def parse_projects(accounts: Sequence[Mapping[str, Any]], assocs: Sequence[Mapping[str, Any]]) -> list[SlurmProject]:
+    """The projects (every account but ``root``) from slurmdbd's accounts and associations, by name."""
+    members: dict[str, set[str]] = {}
+    budget: dict[str, int] = {}
+    for raw in assocs:
+        a = slurmrest.association_record(raw)
+        if a["user"] and a["user"] != "root":  # Slurm's own root association is nobody's membership
+            members.setdefault(a["account"], set()).add(a["user"])
+        elif "gres/gpu" in a["grp_tres_minutes"] and 0 <= a["grp_tres_minutes"]["gres/gpu"] < slurmrest.INFINITE:
+            budget[a["account"]] = a["grp_tres_minutes"]["gres/gpu"]
+    out = []
+    for raw in accounts:
+        acct = slurmrest.account_record(raw)
+        if acct["name"] and acct["name"] != "root":
+            name = acct["name"]
+            out.append(
+                SlurmProject(
+                    name=name,
+                    description=acct["description"],
+                    managers=tuple(acct["coordinators"]),
+                    members=tuple(sorted(members.get(name, ()))),
+                    gpu_minutes=budget.get(name),
+                )
+            )
+    return sorted(out, key=lambda p: p.name)
 
 
 def parse_account_job(raw: Mapping[str, Any], gpu_hours: float) -> AccountJob:
@@ -102,4 +145,6 @@ def parse_account_job(raw: Mapping[str, Any], gpu_hours: float) -> AccountJob:
         comment=rec["comment"]["job"],
         workdir=rec["working_directory"],
         std_out=rec["std_out"],
+        account=rec["account"],
+        gpus=usage_record(raw).gpus,
     )

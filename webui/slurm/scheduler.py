@@ -36,11 +36,13 @@ from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.records import AccountJob
+from webui.slurm.records import SlurmProject
 from webui.slurm.records import int_field
 from webui.slurm.records import parse_account_job
 from webui.slurm.records import parse_job
 from webui.slurm.records import parse_node
 from webui.slurm.records import parse_partition
+from webui.slurm.records import parse_projects
 from webui.slurm.session_spec import SessionSpec
 from webui.slurm.session_spec import build_payload
 from webui.slurm.session_spec import load_apps
@@ -60,6 +62,16 @@ class Scheduler(Protocol):
 
     def job_history(self, user: str, since: dt.datetime) -> list[AccountJob]:
         """The user's jobs since ``since`` from Slurm's accounting, newest first; :class:`SlurmError` if unreadable."""
+        ...
+
+    def projects(self) -> list[SlurmProject]:
+        """Every project (Slurm account) with its managers, members and GPU budget; :class:`SlurmError` if
+        unreadable."""
+        ...
+
+    def project_jobs(self, account: str, since: dt.datetime, until: dt.datetime) -> list[AccountJob]:
+        """The account's jobs that ran in ``[since, until)``, each with its GPU-hours inside that period (the one
+        rule), newest first; :class:`SlurmError` if unreadable."""
         ...
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool: ...
@@ -122,6 +134,7 @@ class SlurmScheduler:
         self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
         self._assocs: SingleFlight[dict[str, frozenset[str]]] = SingleFlight(associations_cache_seconds)
         self._own_assocs: SingleFlight[frozenset[str]] = SingleFlight(associations_cache_seconds, maxsize=4096)
+        self._projects: SingleFlight[list[SlurmProject]] = SingleFlight(associations_cache_seconds)
         self._probes = TTLMap(probe_cache_seconds)
         self.probe_cache_seconds = probe_cache_seconds
         self._verified = TTLMap(verify_cache_seconds)
@@ -200,6 +213,22 @@ class SlurmScheduler:
         }
         return [jobs[k] for k in sorted(jobs, reverse=True)]
 
+    def projects(self) -> list[SlurmProject]:
+        def fetch() -> list[SlurmProject]:
+            accounts = self.client.accounts(self.service_user)
+            return parse_projects(accounts, self.client.associations(self.service_user))
+
+        return self._projects.get("all", fetch)
+
+    def project_jobs(self, account: str, since: dt.datetime, until: dt.datetime) -> list[AccountJob]:
+        lo, hi, now = since.timestamp(), until.timestamp(), time.time()
+        jobs = {}
+        for raw in self._jobs_of_account(account, int(lo)):
+            job = parse_account_job(raw, job_gpu_hours(raw, lo, now, until=hi))
+            if job.start_time and job.start_time < hi:
+                jobs[job.job_id] = job
+        return [jobs[k] for k in sorted(jobs, reverse=True)]
+
     def _jobs_of_account(self, account: str, since_ts: int) -> tuple[dict[str, Any], ...]:
         def fetch() -> tuple[dict[str, Any], ...]:
             jobs = self.client.account_jobs(self.service_user, [account], since_ts)
@@ -265,11 +294,13 @@ def _accounts_by_user(assocs: Sequence[Mapping[str, Any]]) -> dict[str, frozense
     return _AccountsByUser({u: frozenset(accts) for u, accts in found.items()})
 
 
-def job_gpu_hours(job: Mapping[str, Any], since: float = 0.0, now: float | None = None) -> float:
-    """GPU-hours of one accounting record (any version) from ``since`` on: the one rule,
+def job_gpu_hours(
+    job: Mapping[str, Any], since: float = 0.0, now: float | None = None, *, until: float = math.inf
+) -> float:
+    """GPU-hours of one accounting record (any version) in ``[since, until)``: the one rule,
     :func:`carme_runtime.gpu_hours.gpu_hours_within` (a job that began before ``since`` counts from there, as Slurm's
     budget after its monthly reset; one still running up to ``now``)."""
-    return gpu_hours_within(job_record(job), since, math.inf, time.time() if now is None else now)
+    return gpu_hours_within(job_record(job), since, until, time.time() if now is None else now)
 
 
 def _state_of(jobs: Sequence[Any], nodes: Sequence[Any], parts: Sequence[Any], fetched_at: float) -> ClusterState:

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Projects are Slurm accounts, on the live demo (issue 31, first part).
+
+The demo's inventory makes alice the manager (the Slurm coordinator) of the ``research`` project, whose members are
+alice and bob. bob runs a plain ``sbatch --account=research --gres=gpu:1``; then
+
+* alice's Projects page lists ``research`` with both members and a Report link; the report for the job's month lists
+  bob's job as ``sbatch`` and its CSV gives the GPU-hours that ``sacct`` shows for it (GPUs of AllocTRES x
+  ElapsedRaw), and the account's coordinators in Slurm are the managers shown;
+* bob sees the project, no Report link, and the report (HTML and CSV) is 403 for him.
+
+Bounded: one 15-s job; the report is read again until slurmdbd's record is in it (the portal reads an account's jobs
+at most every ``QUOTA_CACHE_SECONDS``), at most ``REPORT_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from typing import Any
+
+import pytest
+
+from tests.fixtures.demo import BASE
+from tests.fixtures.demo import Demo
+from tests.fixtures.demo import login
+from tests.fixtures.demo import on_head
+
+pytestmark = pytest.mark.e2e
+
+REPORT_TIMEOUT_S = 180.0
+
+
+def bobs_gpu_job() -> tuple[int, str]:
+    """(job id, its month YYYY-MM in UTC) of bob's finished 1-GPU job in research."""
+    argv = ["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--mem=100",
+            "--account=research", "--gres=gpu:1", "--time=5", "--wrap=sleep 15"]  # fmt: skip
+    proc = on_head(*argv)
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        state = on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.strip()
+        if state == "COMPLETED":
+            break
+        assert state in ("", "PENDING", "RUNNING", "COMPLETING"), state
+        time.sleep(3)
+    else:
+        pytest.fail(f"bob's job {job} did not complete: {state}")
+    month = on_head("env", "TZ=UTC", "sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Start").stdout.strip()[:7]
+    return job, month
+
+
+def sacct_gpu_hours(job: int) -> float:
+    tres, elapsed = (
+        on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AllocTRES,ElapsedRaw").stdout.strip().split("|")
+    )
+    gpus = sum(int(kv.split("=")[1]) for kv in tres.split(",") if kv.split("=")[0] == "gres/gpu")
+    return gpus * int(elapsed) / 3600.0
+
+
+def csv_rows(api: Any, month: str) -> dict[str, dict[str, str]]:
+    resp = api.get(f"{BASE}/projects/research/report.csv?month={month}")
+    assert resp.status == 200, resp.status
+    return {r["job_id"]: r for r in csv.DictReader(io.StringIO(resp.text()))}
+
+
+def test_a_manager_sees_bobs_sbatch_job_in_the_report_and_its_csv_matches_sacct(demo: Demo) -> None:
+    coords = on_head("sacctmgr", "-n", "-P", "show", "account", "research", "withcoord", "format=coordinators")
+    assert coords.stdout.strip() == "alice", coords.stdout
+    job, month = bobs_gpu_job()
+    want = sacct_gpu_hours(job)
+    assert want > 0
+
+    page, _ = login(demo, "alice")
+    page.goto(f"{BASE}/projects/")
+    row = page.locator('tr[data-project="research"]')
+    assert row.locator("td.members").inner_text() == "alice, bob"
+    assert row.get_by_role("link", name="Report of project research").is_visible()
+    api = page.context.request
+    deadline = time.monotonic() + REPORT_TIMEOUT_S
+    while True:
+        got = csv_rows(api, month).get(str(job))
+        if got and abs(float(got["gpu_hours"]) - want) < 1e-4:
+            break
+        assert time.monotonic() < deadline, f"job {job} ({want:.6f} GPU-hours in sacct) not in the CSV: {got}"
+        time.sleep(5)
+    assert got["user"] == "bob" and got["source"] == "sbatch" and got["gpus"] == "1", got
+    page.goto(f"{BASE}/projects/research/report?month={month}")
+    assert page.locator(f'tr[data-job="{job}"] td.source').inner_text() == "sbatch"
+    demo.steps.shot(page, "alice-project-report")
+
+    bob, _ = login(demo, "bob")
+    bob.goto(f"{BASE}/projects/")
+    assert bob.locator('tr[data-project="research"]').count() == 1
+    assert bob.get_by_role("link", name="Report of project research").count() == 0
+    for path in (f"/projects/research/report?month={month}", f"/projects/research/report.csv?month={month}"):
+        assert bob.context.request.get(BASE + path).status == 403, path

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What a member, a manager and an administrator see of the projects (Slurm accounts), and a project's report.
+
+GPU-hours follow the one rule (:func:`carme_runtime.gpu_hours.gpu_hours_within`): a job's GPUs times the seconds
+it ran inside the month, as ``carme-quota report`` counts them and as Slurm charges a budget it resets monthly.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from dataclasses import dataclass
+
+from carme_runtime.gpu_hours import month_bounds
+from webui.auth.logins import CurrentUser
+from webui.forms import FieldError
+from webui.slurm.errors import SlurmError
+from webui.slurm.records import AccountJob
+from webui.slurm.records import SlurmProject
+from webui.slurm.scheduler import current_scheduler
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    project: SlurmProject
+    used_gpu_hours: float | None  # this month, every member; None: Slurm cannot say
+    can_report: bool
+
+    @property
+    def budget_gpu_hours(self) -> float | None:
+        return None if self.project.gpu_minutes is None else self.project.gpu_minutes / 60.0
+
+    @property
+    def percent(self) -> int | None:
+        budget, used = self.budget_gpu_hours, self.used_gpu_hours
+        return None if used is None or not budget else min(100, round(100 * used / budget))
+
+
+@dataclass(frozen=True)
+class MemberUse:
+    user: str
+    jobs: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class Report:
+    project: SlurmProject
+    month: str
+    jobs: list[AccountJob]
+
+    @property
+    def by_member(self) -> list[MemberUse]:
+        users = sorted({j.user for j in self.jobs} | set(self.project.members))
+        return [
+            MemberUse(u, sum(1 for j in self.jobs if j.user == u), sum(j.gpu_hours for j in self.jobs if j.user == u))
+            for u in users
+        ]
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return sum(j.gpu_hours for j in self.jobs)
+
+
+def this_month(now: dt.datetime | None = None) -> str:
+    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m")
+
+
+def parse_month(value: str | None) -> str:
+    """``YYYY-MM`` (default: this month, UTC) or a 400 naming the field."""
+    month = (value or "").strip() or this_month()
+    try:
+        month_bounds(month, dt.UTC)
+    except ValueError:
+        raise FieldError("month", "must be a month as YYYY-MM") from None
+    return month
+
+
+def may_report(user: CurrentUser, project: SlurmProject) -> bool:
+    return user.is_admin or user.username in project.managers
+
+
+def visible_projects(user: CurrentUser, month: str | None = None) -> list[ProjectView]:
+    """The projects ``user`` belongs to or manages (every project for an administrator), with this month's use.
+    :class:`webui.slurm.errors.SlurmError` when Slurm cannot say which."""
+    month = month or this_month()
+    views = []
+    for project in current_scheduler().projects():
+        if user.is_admin or user.username in project.members or user.username in project.managers:
+            views.append(ProjectView(project, _used(project.name, month), may_report(user, project)))
+    return views
+
+
+def _used(account: str, month: str) -> float | None:
+    try:
+        return sum(j.gpu_hours for j in _jobs(account, month))
+    except SlurmError:
+        return None
+
+
+def _jobs(account: str, month: str) -> list[AccountJob]:
+    lo, hi = month_bounds(month, dt.UTC)
+    since, until = dt.datetime.fromtimestamp(lo, dt.UTC), dt.datetime.fromtimestamp(hi, dt.UTC)
+    return current_scheduler().project_jobs(account, since, until)
+
+
+def find_project(name: str) -> SlurmProject | None:
+    return next((p for p in current_scheduler().projects() if p.name == name), None)
+
+
+def project_report(project: SlurmProject, month: str) -> Report:
+    return Report(project, month, _jobs(project.name, month))
+
+
+CSV_COLUMNS = ("job_id", "user", "name", "source", "state", "start_utc", "end_utc", "gpus", "gpu_hours")
+
+
+def utc_text(epoch: int) -> str:
+    """An epoch as ``YYYY-MM-DDTHH:MM:SSZ``; "" for 0 (not started, still running)."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if epoch else ""
+
+
+def source_of(job: AccountJob) -> str:
+    """``portal`` for a session the portal's launcher started (its comment), else ``sbatch``."""
+    return "portal" if job.comment.startswith("carme:") else "sbatch"
+
+
+def report_csv(report: Report) -> str:
+    """One row per job (GPU-hours inside the month, 6 decimals); a cell that a spreadsheet would run as a formula is
+    prefixed with ``'``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for j in report.jobs:
+        row = [j.job_id, j.user, j.name, source_of(j), j.state, utc_text(j.start_time), utc_text(j.end_time), j.gpus]
+        writer.writerow([*(_cell(v) for v in row), f"{j.gpu_hours:.6f}"])
+    return out.getvalue()
+
+
+def _cell(value: object) -> str:
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

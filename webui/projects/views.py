@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The ``projects`` blueprint: ``/projects`` (the user's projects) and ``/projects/<name>/report`` (HTML or CSV, for
+the project's managers and administrators)."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+from flask import Response
+from flask import abort
+from flask import render_template
+from flask import request
+
+from webui.auth.access import login_required
+from webui.auth.logins import CurrentUser
+from webui.auth.logins import current_user
+from webui.projects import service
+from webui.slurm.errors import SlurmError
+
+bp = Blueprint("projects", __name__, url_prefix="/projects")
+
+
+def _user() -> CurrentUser:
+    user = current_user()
+    assert user is not None
+    return user
+
+
+@bp.route("/")
+@login_required
+def index() -> str:
+    try:
+        projects, error = service.visible_projects(_user()), ""
+    except SlurmError as exc:
+        projects, error = [], str(exc)
+    return render_template("projects/index.html", projects=projects, error=error, month=service.this_month())
+
+
+@bp.route("/<name>/report")
+@bp.route("/<name>/report.csv", endpoint="report_csv", defaults={"as_csv": True})
+@login_required
+def report(name: str, as_csv: bool = False) -> Response | str:
+    month = service.parse_month(request.args.get("month"))
+    try:
+        project = service.find_project(name)
+        if project is None:
+            abort(404)
+        if not service.may_report(_user(), project):
+            abort(403, description="Only the project's managers and administrators see its report.")
+        found = service.project_report(project, month)
+    except SlurmError as exc:
+        abort(503, description=f"Slurm's accounting cannot be read right now: {exc}")
+    if as_csv:
+        resp = Response(service.report_csv(found), mimetype="text/csv")
+        resp.headers["Content-Disposition"] = f'attachment; filename="{project.name}-{month}.csv"'
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+    return render_template("projects/report.html", report=found, source_of=service.source_of, utc=service.utc_text)
