@@ -97,3 +97,44 @@ def test_a_manager_sees_bobs_sbatch_job_in_the_report_and_its_csv_matches_sacct(
     assert bob.get_by_role("link", name="Report of project research").count() == 0
     for path in (f"/projects/research/report?month={month}", f"/projects/research/report.csv?month={month}"):
         assert bob.context.request.get(BASE + path).status == 403, path
+
+
+def test_a_spent_project_budget_holds_plain_sbatch_and_the_start_form_says_so(demo: Demo) -> None:
+    """research's budget set to 0 GPU-minutes (restored in ``finally``): bob's plain GPU sbatch in it is held by Slurm
+    with the association's reason, and his start form says so before he clicks Start; a GPU session in it is refused
+    with the reason, and nothing is submitted."""
+    on_head("sacctmgr", "-i", "modify", "account", "research", "set", "GrpTRESMins=gres/gpu=0")
+    held = 0
+    try:
+        argv = ["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
+                "--mem=100", "--account=research", "--gres=gpu:1", "--time=5", "--wrap=sleep 30"]  # fmt: skip
+        proc = on_head(*argv)
+        assert proc.returncode == 0, proc.stderr
+        held = int(proc.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + 60
+        while (reason := on_head("squeue", "-h", "-j", str(held), "-o", "%T|%r").stdout.strip()) != (
+            "PENDING|AssocGrpGRESMinutes"
+        ):
+            assert time.monotonic() < deadline, reason
+            time.sleep(2)
+
+        page, _ = login(demo, "bob")
+        deadline = time.monotonic() + REPORT_TIMEOUT_S  # the portal reads budgets at most every QUOTA_CACHE_SECONDS
+        while True:
+            page.goto(f"{BASE}/sessions/new")
+            if page.locator('p[data-spent="research"]').count():
+                break
+            assert time.monotonic() < deadline, "the start form does not say research's budget is spent"
+            time.sleep(5)
+        assert "Slurm holds its GPU jobs" in page.locator('p[data-spent="research"]').inner_text()
+        page.check('input[name=profile][value="jupyterlab-base-1gpu"]')  # a GPU session, whatever he chose last
+        page.select_option("select[name=project]", "research")
+        page.click("button[type=submit]")
+        alert = page.locator("p.error[role=alert]")
+        assert "research has used its GPU budget for this month" in alert.inner_text()
+        assert on_head("squeue", "-h", "-u", "bob", "-o", "%i").stdout.split() == [str(held)]
+        demo.steps.shot(page, "bob-project-budget-spent")
+    finally:
+        on_head("sacctmgr", "-i", "modify", "account", "research", "set", "GrpTRESMins=gres/gpu=-1")
+        if held:
+            on_head("scancel", str(held))

@@ -5,6 +5,7 @@ its CSV, and what a page says when Slurm's accounting cannot be read."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import io
 from typing import Any
@@ -18,6 +19,7 @@ from webui.slurm.records import parse_projects
 
 from .conftest import FakeScheduler
 from .conftest import log_in_as
+from .conftest import post
 
 RESEARCH = SlurmProject("research", "Demo research group", ("alice",), ("alice", "bob"), 600)
 VISION = SlurmProject("vision", "", (), ("dave",), None)
@@ -158,3 +160,47 @@ def test_the_scheduler_counts_a_project_month_by_the_one_rule() -> None:
     jobs = sched.project_jobs("research", nov, dec)
     # job 1 ran 1 h of its 2 in November (2 GPUs, the typed gres/gpu:a100 not counted twice); job 3 never started
     assert [(j.job_id, j.gpus, j.gpu_hours) for j in jobs] == [(2, 2, 1.0), (1, 2, 2.0)]
+
+
+START = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
+
+
+def this_months_job(job_id: int, user: str, gpu_hours: float) -> AccountJob:
+    first = dt.datetime.now(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return dataclasses.replace(job(job_id, user, 1, gpu_hours), start_time=int(first.timestamp()) + 60)
+
+
+def test_a_session_is_charged_to_a_project_of_the_user_and_no_other(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    fake_scheduler.project_list = (RESEARCH, VISION)
+    log_in_as(app, client, "bob")
+    form = client.get("/sessions/new").get_data(as_text=True)
+    assert '<option value="research"' in form and '<option value="vision"' not in form
+    refused = post(client, "/sessions/new", {**START, "project": "vision"})
+    assert refused.status_code == 400 and "Project: is not one of your projects" in refused.get_data(as_text=True)
+    assert not fake_scheduler.submitted
+    assert post(client, "/sessions/new", {**START, "project": "research"}).status_code == 302
+    assert fake_scheduler.submitted[-1][0].account == "research"
+    assert post(client, "/sessions/new", START).status_code == 302
+    assert fake_scheduler.submitted[-1][0].account is None  # the user's default account
+    assert len(fake_scheduler.submitted) == 2
+
+
+def test_a_spent_project_budget_is_said_before_start_and_refuses_gpu_sessions_only(
+    app: Flask, client: FlaskClient, fake_scheduler: FakeScheduler
+) -> None:
+    fake_scheduler.project_list = (dataclasses.replace(RESEARCH, gpu_minutes=60),)  # 1 GPU-hour
+    fake_scheduler.accounting = (this_months_job(21, "alice", 1.25),)
+    log_in_as(app, client, "bob")
+    form = client.get("/sessions/new").get_data(as_text=True)
+    assert 'data-spent="research"' in form and "(1.25 of 1.00 GPU-hours used this month)" in form
+    refused = post(client, "/sessions/new", {**START, "project": "research"})
+    text = refused.get_data(as_text=True)
+    assert refused.status_code == 400 and "research has used its GPU budget for this month (1.25 of 1.00" in text
+    assert "ask alice" in text and not fake_scheduler.submitted
+    assert post(client, "/sessions/new", {**START, "project": "research", "gpus": "0"}).status_code == 302
+    assert fake_scheduler.submitted[-1][0].account == "research"
+    fake_scheduler.error = "slurmdbd is down"
+    unknown = post(client, "/sessions/new", {**START, "project": "research"})
+    assert unknown.status_code in (400, 503)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from carme_runtime.gpu_hours import month_bounds
 from webui.auth.logins import CurrentUser
@@ -141,3 +143,49 @@ def report_csv(report: Report) -> str:
 def _cell(value: object) -> str:
     text = str(value)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def member_projects(username: str) -> list[ProjectView]:
+    """The projects a session of ``username`` may be charged to (their associations), with this month's use; [] when
+    Slurm cannot say (the start form then offers the default account only)."""
+    try:
+        return _member_views(username)
+    except SlurmError:
+        return []
+
+
+def _member_views(username: str) -> list[ProjectView]:
+    mine = [p for p in current_scheduler().projects() if username in p.members]
+    month = this_month()
+    return [ProjectView(p, _used(p.name, month), False) for p in mine]
+
+
+def spent(view: ProjectView) -> bool:
+    """The project's GPU budget for this month is used up (Slurm holds its GPU jobs: AssocGrpGRESMinutes)."""
+    budget, used = view.budget_gpu_hours, view.used_gpu_hours
+    return budget is not None and used is not None and used >= budget
+
+
+def session_account(username: str, form: Mapping[str, Any], gpus: int) -> str | None:
+    """The account a session is charged to: the form's ``project`` (one of the user's projects, else a 400 naming
+    it), or ``None`` (the user's default account). A GPU session in a project whose budget is used up is refused
+    with the reason: Slurm would hold it until the month ends."""
+    name = str(form.get("project") or "").strip()
+    if not name:
+        return None
+    try:
+        views = {v.project.name: v for v in _member_views(username)}
+    except SlurmError:
+        raise FieldError("project", "cannot be checked with Slurm right now; try again in a minute") from None
+    view = views.get(name)
+    if view is None:
+        raise FieldError("project", "is not one of your projects")
+    if gpus > 0 and spent(view):
+        managers = ", ".join(view.project.managers) or "an administrator"
+        raise FieldError(
+            "project",
+            f"{name} has used its GPU budget for this month ({view.used_gpu_hours:.2f} of "
+            f"{view.budget_gpu_hours:.2f} GPU-hours): Slurm would hold a GPU session until the budget is raised; "
+            f"start a CPU-only session or ask {managers}",
+        )
+    return name

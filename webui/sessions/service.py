@@ -23,6 +23,7 @@ from webui.extensions import db
 from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import utcnow
+from webui.projects.service import session_account
 from webui.quota.usage import quota_view
 from webui.reservations.service import active_reservations
 from webui.reservations.slurm import Reservation
@@ -88,7 +89,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
         cpus=cpus,
         mem_mb=mem_mb,
         qos=cfg.get("SESSION_QOS"),
-        account=cfg.get("SESSION_ACCOUNT"),
+        account=session_account(user.username, values, gpus) or cfg.get("SESSION_ACCOUNT"),
         workdir=workdir,
         runtime=session_runtime(image.kind),
         limits=_runtime_limits(limits, partitions, images),

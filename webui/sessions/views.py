@@ -21,6 +21,7 @@ from webui.auth.logins import current_user
 from webui.auth.logins import login_key_of_request
 from webui.extensions import db
 from webui.forms import FieldError
+from webui.projects.service import member_projects
 from webui.reservations.service import active_reservations
 from webui.sessions import app_origin
 from webui.sessions import storage
@@ -55,6 +56,7 @@ LABELS = {
     "nodes": "Nodes",
     "partition": "Partition",
     "reservation": "Reservation",
+    "project": "Project",
     "logdir": "TensorBoard log directory",
 }
 
@@ -84,6 +86,7 @@ def _form_context(username: str) -> dict[str, Any]:
         "limits": form_limits(username, state, partition),
         "datasets": storage.datasets(),
         "reservations": active_reservations(username),
+        "projects": member_projects(username),
     }
 
 

@@ -134,7 +134,7 @@ class SlurmScheduler:
         self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
         self._assocs: SingleFlight[dict[str, frozenset[str]]] = SingleFlight(associations_cache_seconds)
         self._own_assocs: SingleFlight[frozenset[str]] = SingleFlight(associations_cache_seconds, maxsize=4096)
-        self._projects: SingleFlight[list[SlurmProject]] = SingleFlight(associations_cache_seconds)
+        self._projects: SingleFlight[list[SlurmProject]] = SingleFlight(quota_cache_seconds)  # budgets change
         self._probes = TTLMap(probe_cache_seconds)
         self.probe_cache_seconds = probe_cache_seconds
         self._verified = TTLMap(verify_cache_seconds)
