@@ -16,7 +16,7 @@ export CARME_NODE_IMAGE ?= localhost/carme-node:$(if $(filter trixie,$(CARME_REL
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie axe host image wheelhouse venv bench clean
+.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie test-site axe host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
@@ -138,6 +138,15 @@ TRIXIE_TESTS := tests/integration/test_slurmrestd_trixie.py tests/integration/te
 test-trixie: venv ## the opt-in Debian 13 tests: Slurm 24.11, Apptainer (needs the image localhost/carme-node:debian13)
 	podman image exists $(TRIXIE_IMAGE) || { echo "no image $(TRIXIE_IMAGE): CARME_RELEASE=trixie make image" >&2; exit 1; }
 	CARME_SLURM2411_TESTS=1 CARME_APPTAINER_TESTS=1 CARME_REQUIRED=1 pytest -q $(TRIXIE_TESTS)
+
+# The opt-in `site` scenario (issue 29), not part of `make test`: two nodes on a podman network with no route out,
+# reached over SSH as `deploy` with sudo by a non-root controller account (carme-ctl), the inventory from `carme site
+# init` with its vault, a site CA, every package from the offline bundle (built once into SITE_BUNDLE, else verified).
+SITE_BUNDLE ?= /var/tmp/carme-site-bundle
+test-site: venv image wheelhouse ## the opt-in site scenario: SSH, sudo, vault, site CA, offline bundle (tests/site)
+	if [ -f $(SITE_BUNDLE)/manifest.json ]; then carme bundle verify $(SITE_BUNDLE) --release $(CARME_RELEASE)
+	else rm -rf $(SITE_BUNDLE); carme bundle build --release $(CARME_RELEASE) --out $(SITE_BUNDLE); fi
+	CARME_SITE_TESTS=1 CARME_SITE_BUNDLE=$(SITE_BUNDLE) CARME_REQUIRED=1 pytest -q -s tests/site
 
 # axe-core from npm (pinned in the script, installed once into the git-ignored .cache/axe): the accessibility audit
 # the browser tests run in the portal's pages (tests/fixtures/axe.py)

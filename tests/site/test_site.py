@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The `site` scenario (issue 29): the path a real site walks, over real SSH, from a non-root controller.
+
+Two bare nodes on a network with no route out (tests/site/bed.py), sshd and every package from the offline bundle,
+the account ``deploy`` with the controller's key and sudo, the inventory from ``carme site init`` with its vault, the
+site's own CA issuing the portal, apps, LDAP and Zabbix certificates (tests/site/inventory.py). ``site.yml`` is
+deployed as the controller account ``carme-ctl``, then checked from outside: the certificates' issuer on each TLS
+port, a Slurm job as an LDAP user, the portal's login page, a second converge with nothing changed, no secret in
+clear in the inventory.
+
+Opt-in (about a quarter of an hour): ``CARME_SITE_TESTS=1`` (``make test-site``); it needs root on this host (podman,
+useradd), the node image and an offline bundle at :data:`tests.site.bed.BUNDLE` (``make test-site`` builds one).
+``CARME_SITE_KEEP=1`` leaves the nodes up at the end; ``CARME_SITE_REUSE=1`` runs the checks on them again without a
+new bed and first deploy (``python -m tests.site.bed down`` removes them and the controller account).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+if os.environ.get("CARME_SITE_TESTS") != "1":
+    pytest.skip("opt-in: CARME_SITE_TESTS=1 (make test-site)", allow_module_level=True)
+
+from tests.site import bed
+from tests.site import inventory as inv
+
+pytestmark = pytest.mark.site
+SITE_YML = str(bed.REPO / "site.yml")
+
+
+@dataclass
+class Deploy:
+    rc: int
+    out: str
+    seconds: float
+
+
+@dataclass
+class Site:
+    head: str  # the head's address
+    first: Deploy
+
+
+def deploy(*args: str) -> Deploy:
+    t0 = time.monotonic()
+    done = inv.playbook(SITE_YML, *args)
+    return Deploy(done.returncode, done.stdout + done.stderr, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    assert (bed.BUNDLE / "manifest.json").is_file(), f"no offline bundle in {bed.BUNDLE}: make test-site builds it"
+    if os.environ.get("CARME_SITE_REUSE") == "1":  # a bed kept by CARME_SITE_KEEP=1: its deploy is not run again
+        yield Site(bed.address(bed.HEAD), Deploy(0, "", 0.0))
+        return
+    try:
+        bed.up()
+        inv.init_site()
+        inv.make_ca()
+        bed.trust_ca(inv.CA / "ca.crt")
+        inv.write_inventory_edits()
+        inv.set_deploy_user(become_password=False)
+        yield Site(bed.address(bed.HEAD), deploy())
+    finally:
+        if os.environ.get("CARME_SITE_KEEP") != "1":
+            bed.down()
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP's counters per host."""
+    found: dict[str, dict[str, int]] = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, flags=re.MULTILINE):
+        found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return found
+
+
+def test_site_deploys_over_ssh_as_deploy_with_sudo(site: Site) -> None:
+    print(f"first deploy: {site.first.seconds:.0f} s")
+    assert site.first.rc == 0, site.first.out[-5000:]
+    hosts = recap(site.first.out)
+    assert set(hosts) == set(bed.NODES), site.first.out[-3000:]
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in hosts.values()), hosts
+
+
+def issuer(address: str, port: int, *starttls: str) -> str:
+    """The issuer of the certificate a TLS port shows (openssl s_client, as a site's admin would look)."""
+    argv = ["openssl", "s_client", "-connect", f"{address}:{port}", "-servername", inv.PORTAL_NAME, *starttls]
+    shown = subprocess.run(argv, input="", capture_output=True, text=True, timeout=30, check=False)
+    cert = subprocess.run(["openssl", "x509", "-noout", "-issuer"], input=shown.stdout, capture_output=True,
+                          text=True, timeout=30, check=False)  # fmt: skip
+    return cert.stdout.strip() or f"no certificate: {shown.stderr[-500:]}"
+
+
+@pytest.mark.parametrize(("what", "port", "starttls"), [
+    ("portal", 443, ()), ("apps", 8444, ()), ("ldap", 389, ("-starttls", "ldap")), ("zabbix", 8445, ()),
+])  # fmt: skip
+def test_certificates_are_the_site_cas(site: Site, what: str, port: int, starttls: tuple[str, ...]) -> None:
+    assert site.first.rc == 0
+    assert inv.CA_NAME in issuer(site.head, port, *starttls), what
+
+
+def test_a_slurm_job_runs_as_an_ldap_user(site: Site) -> None:
+    assert site.first.rc == 0
+    uid = bed.on_node(bed.NODES[1], f"getent passwd {inv.USER}").stdout
+    assert ":20001:" in uid, "the user does not come from LDAP (sssd) on the GPU node"
+    job = bed.on_node(bed.HEAD, f"runuser -u {inv.USER} -- srun -N1 -t 1 --gres=gpu:1 sh -c 'id -un; hostname'",
+                      check=False)  # fmt: skip
+    assert job.stdout.split() == [inv.USER, bed.NODES[1]], job.stdout + job.stderr
+
+
+def test_the_portal_login_page_answers(site: Site) -> None:
+    assert site.first.rc == 0
+    page = subprocess.run(["curl", "-sS", "--max-time", "20", "--cacert", str(inv.CA / "ca.crt"), "--resolve",
+                           f"{inv.PORTAL_NAME}:443:{site.head}", f"https://{inv.PORTAL_NAME}/login"],
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert page.returncode == 0, page.stderr
+    assert 'name="password"' in page.stdout, page.stdout[:2000]
+
+
+def test_no_secret_in_clear_in_the_inventory(site: Site) -> None:
+    vault = inv.SITE / "group_vars" / "all" / "vault.yml"
+    assert vault.read_text().startswith("$ANSIBLE_VAULT;"), "the vault is not encrypted"
+    secrets = inv.vault_values()
+    texts = {p: p.read_text(errors="replace") for p in inv.SITE.rglob("*") if p.is_file() and p != vault}
+    texts.pop(inv.SITE / ".vault-pass")
+    leaks = [f"{p}: {name}" for p, text in texts.items() for name, value in secrets.items() if value in text]
+    assert not leaks, leaks
+    assert "nsenter" not in "".join(texts.values()), "the site inventory must reach the nodes over SSH"
+
+
+def test_a_second_converge_changes_nothing(site: Site) -> None:
+    assert site.first.rc == 0
+    again = deploy()
+    print(f"second deploy: {again.seconds:.0f} s")
+    assert again.rc == 0, again.out[-5000:]
+    changed = {host: c["changed"] for host, c in recap(again.out).items()}
+    assert changed == dict.fromkeys(bed.NODES, 0), "\n".join(re.findall(r"^changed: .*$|^TASK .*$", again.out, re.M))
+
+
+def test_site_guide_commands_exist() -> None:
+    """The files the scenario follows are where the guide says (the guide itself is checked by docs-check)."""
+    assert Path(bed.REPO / "docs" / "site-guide.md").is_file()
+
+
+# -- carme check: each injected fault named, one at a time, on the GPU node -------------------------------------------
+NODE = bed.NODES[1]
+#: (what is broken, how, how it is mended, the check that must name it)
+FAULTS = {
+    "sshd stopped": ("systemctl stop ssh.service ssh.socket", "systemctl start ssh.service", "unreachable"),
+    "sudo removed": ("rm /etc/sudoers.d/carme-deploy", "", "sudo"),
+    "a name not resolving": (
+        "cp /etc/nsswitch.conf /root/nsswitch.conf.site-test && sed -i 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf",
+        "mv /root/nsswitch.conf.site-test /etc/nsswitch.conf",
+        "resolve",
+    ),
+}
+
+
+def carme_check() -> tuple[set[tuple[str, str]], float]:
+    """``carme check --json`` as the controller: the (host, check) pairs with a problem, and the seconds it took.
+    No SSH connection sharing: a connection kept open from an earlier run would hide a stopped sshd."""
+    t0 = time.monotonic()
+    done = bed.as_controller(["carme", "check", "-i", f"{inv.SITE}/hosts.yml", "--json"], check=False,
+                             extra_env=("ANSIBLE_SSH_ARGS=-o ControlMaster=no",))  # fmt: skip
+    seconds = time.monotonic() - t0
+    report = json.loads(done.stdout)
+    return {(host, p["check"]) for host, found in report["hosts"].items() for p in found["problems"]}, seconds
+
+
+@pytest.fixture(scope="module")
+def baseline(site: Site) -> set[tuple[str, str]]:
+    """What `carme check` finds on the healthy site: the GPU node has fake GPUs and no nvidia-smi."""
+    found, _ = carme_check()
+    assert found == {(NODE, "nvidia")}, found
+    return found
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_carme_check_names_the_injected_fault(baseline: set[tuple[str, str]], fault: str) -> None:
+    breaks, mends, check = FAULTS[fault]
+    bed.on_node(NODE, breaks)
+    try:
+        found, seconds = carme_check()
+    finally:
+        if mends:
+            bed.on_node(NODE, mends)
+        else:
+            bed.set_sudo(NODE, password=None)
+    print(f"carme check with {fault}: {seconds:.1f} s")
+    assert found - baseline == {(NODE, check)}, found
+    assert seconds < 30
