@@ -178,8 +178,9 @@ class CharliecloudRuntime(Runtime):
       no mount point in the image. Where the host home is not ``/home/$USER`` the session's working directory is
       translated (``-c``). On newer ch-run (0.38, Debian 13) ``--home`` implies ``--write-fake``, whose overlay
       hides the sources of the other binds (``/srv/...``): there the home's parent directory is bound at the same
-      path (``--bind=/home:/home``; it must exist in the image, as ``/home`` does), so the home keeps its path and
-      other users' homes are as visible as on the node, guarded by their own permissions.
+      path (``--bind=/home:/home``; it must exist in the image, as ``/home`` does) and ``--set-env=HOME=...`` (else
+      ch-run sets ``HOME=/root``), so the home keeps its path and other users' homes are as visible as on the node,
+      guarded by their own permissions.
     * Other binds (job scratch, read-only datasets) need their destination in the image (:meth:`mount_point`);
       for a directory image without it or a parent to use, :class:`BindNotAllowed` names the fix (create it in
       the image definition) before ch-run would fail. ch-run 0.31 has no read-only bind: a dataset directory is bound as
@@ -238,14 +239,15 @@ class CharliecloudRuntime(Runtime):
             "definition (ch-run cannot create it in a read-only image)"
         )
 
-    def home_bind(self, image: str, used: set[str]) -> str:
-        """``--bind=PARENT:PARENT`` of the home (newer ch-run, no ``--home``); the parent must be in the image."""
+    def home_bind(self, image: str, used: set[str]) -> list[str]:
+        """``--bind=PARENT:PARENT`` of the home and ``--set-env=HOME=HOME`` (newer ch-run, no ``--home``; without it
+        ch-run sets ``HOME=/root``, measured on 0.38); the parent must be in the image."""
         parent = os.path.dirname(self.home)
         in_image = not os.path.isdir(image) or os.path.isdir(os.path.join(image, parent.lstrip("/")))
         if parent == "/" or parent in used or not in_image:
             raise BindNotAllowed(f"image {image} has no directory {parent} to bind the home {self.home} on")
         used.add(parent)
-        return f"--bind={parent}:{parent}"
+        return [f"--bind={parent}:{parent}", f"--set-env=HOME={self.home}"]
 
     def command(self, argv: list[str], image: str, binds: Sequence[Bind], gpus: int, workdir: str) -> list[str]:
         if not image or image.startswith("-") or "\n" in image or not os.path.isabs(image):
@@ -257,7 +259,7 @@ class CharliecloudRuntime(Runtime):
         used: set[str] = set()
         for bind in checked:
             if bind.src == self.home and bind.dst == self.home:
-                cmd.append("--home" if self.home_option else self.home_bind(image, used))
+                cmd += ["--home"] if self.home_option else self.home_bind(image, used)
                 continue
             if _under(bind.src, SHARED_TMP) and bind.src == bind.dst:
                 continue  # already there: ch-run shares /tmp

@@ -125,6 +125,7 @@ def test_ch_run_038_binds_the_home_explicitly_and_keeps_its_path(tmp_path: Path)
     assert argv == [
         "ch-run",
         "--bind=/home:/home",
+        "--set-env=HOME=/home/alice",
         "--bind=/scratch/41:/scratch/41",
         "--bind=/srv/datasets/demo:/srv/datasets/demo",
         "--cd=/home/alice/project",
@@ -140,7 +141,7 @@ def test_ch_run_038_home_elsewhere_keeps_its_path_and_needs_its_parent(tmp_path:
     argv = runtime_038("/u/alice").wrap(
         ["id"], image="/srv/img.sqfs", binds=[Bind("/u/alice", "/u/alice")], gpus=0, env={}, workdir="/u/alice/w"
     )
-    assert argv == ["ch-run", "--bind=/u:/u", "--cd=/u/alice/w", "/srv/img.sqfs", "--", "id"]
+    assert argv == ["ch-run", "--bind=/u:/u", "--set-env=HOME=/u/alice", "--cd=/u/alice/w", "/srv/img.sqfs", "--", "id"]
     image = image_with(tmp_path, "/scratch")  # no /u in this directory image
     with pytest.raises(BindNotAllowed, match="no directory /u"):
         runtime_038("/u/alice").wrap(["id"], image=image, binds=[Bind("/u/alice", "/u/alice")], gpus=0, env={})
