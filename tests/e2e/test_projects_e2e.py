@@ -129,7 +129,7 @@ def test_a_spent_project_budget_holds_plain_sbatch_and_the_start_form_says_so(de
         assert "Slurm holds its GPU jobs" in page.locator('p[data-spent="research"]').inner_text()
         page.check('input[name=profile][value="jupyterlab-base-1gpu"]')  # a GPU session, whatever he chose last
         page.select_option("select[name=project]", "research")
-        page.click("button[type=submit]")
+        page.get_by_role("button", name="Start", exact=True).click()  # not the nav bar's "Log out" submit
         alert = page.locator("p.error[role=alert]")
         assert "research has used its GPU budget for this month" in alert.inner_text()
         assert on_head("squeue", "-h", "-u", "bob", "-o", "%i").stdout.split() == [str(held)]

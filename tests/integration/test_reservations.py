@@ -121,3 +121,26 @@ def test_a_session_in_a_reservation_is_for_its_user_only(host_slurm: HostSlurm, 
     proc = host_slurm.run(["sbatch", "--parsable", "--reservation=carme-alice-3", "--mem=100", "--wrap", "true"],
                           user="bob", check=False, cwd=host_slurm.user_dir("bob"))  # fmt: skip
     assert proc.returncode != 0 and "Access denied to requested reservation" in proc.stderr, proc.stderr
+
+
+def test_a_maintenance_window_holds_plain_sbatch_that_would_run_into_it(
+    host_slurm: HostSlurm, portal: SlurmReservations
+) -> None:
+    """The portal's maintenance window (an Operator's MAINT reservation of every node, issue 31) as Slurm 22.05 takes
+    it: the calendar reads it with its flag, a job that would run into it is held with Slurm's reason, a job that
+    ends before it runs, and it is withdrawn with scontrol delete."""
+    start = (at() + dt.timedelta(minutes=30)).replace(second=0)  # the host cluster's MaxTime is under an hour
+    name = f"maint-{start:%Y%m%d%H%M}"
+    portal.create_maintenance(name, start, start + dt.timedelta(hours=2))
+    try:
+        (window,) = [r for r in portal.state().reservations if r.name == name]
+        assert "MAINT" in window.flags and window.start == start and window.nodes, window
+        into = host_slurm.sbatch("alice", "sleep 5", "--time=45")
+        before = host_slurm.sbatch("alice", "sleep 5", "--time=10")
+        assert host_slurm.wait_job(before, timeout=120) == "COMPLETED"
+        shown = host_slurm.run(["squeue", "-h", "-j", str(into), "-o", "%T|%r"]).stdout.strip()
+        assert shown.startswith("PENDING|") and "maintenance" in shown.lower(), shown
+        host_slurm.run(["scancel", str(into)])
+    finally:
+        portal.delete(name)
+    assert name not in [r.name for r in portal.state().reservations]

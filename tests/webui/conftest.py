@@ -37,6 +37,7 @@ from webui.models import User
 from webui.reservations.slurm import Reservation
 from webui.reservations.slurm import ReservationSpec
 from webui.reservations.slurm import ReservationState
+from webui.reservations.slurm import maintenance_argv
 from webui.reservations.slurm import reserves_gpus
 from webui.slurm.errors import SlurmError
 from webui.slurm.records import AccountJob
@@ -235,6 +236,14 @@ class FakeReservations:
             gpus=gpus,
         )
         return f"Reservation created: {spec.name}"
+
+    def create_maintenance(self, name: str, start: dt.datetime, end: dt.datetime) -> str:
+        """As Slurm: every node, flagged MAINT (maintenance_argv checks the name as the real one does)."""
+        maintenance_argv(name, start, end, dt.datetime.now(dt.UTC))
+        self.items[name] = Reservation(
+            name, start, end, users=("root",), nodes=self.nodes, flags=("MAINT", "IGNORE_JOBS")
+        )
+        return f"Reservation created: {name}"
 
     def delete(self, name: str) -> None:
         if name not in self.items:

@@ -18,6 +18,7 @@ from webui.dashboard.rows import plural
 from webui.dashboard.rows import with_row_fields
 from webui.monitoring.health import node_health
 from webui.quota.usage import quota_view
+from webui.reservations.maintenance import shown as maintenance_shown
 from webui.reservations.service import reserved_gpu_hours
 from webui.sessions import storage
 from webui.sessions.status import my_session_views
@@ -65,6 +66,7 @@ def index() -> Any:
         quota=_quota(user.username),
         storage_quota=storage.quota_view(user.username),
         news=latest_news(),
+        maintenance=maintenance_shown(),
         health=health,
         my_nodes=my_nodes,
         watch=any(s["watch"] for s in sessions),

@@ -178,6 +178,20 @@ def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int
     return argv
 
 
+#: Names the portal gives its maintenance windows: ``maint-YYYYmmddHHMM`` (the start, UTC).
+MAINTENANCE_NAME = re.compile(r"^maint-\d{12}$")
+
+
+def maintenance_argv(name: str, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> list[str]:
+    """A maintenance window: every node, for root only, flagged ``MAINT`` (Slurm holds a job that would run into it,
+    ``ReqNodeNotAvail, Reserved for maintenance``) and ``IGNORE_JOBS`` (running jobs do not stop its creation)."""
+    if not MAINTENANCE_NAME.fullmatch(name):
+        raise SlurmError(f"refusing to pass {name!r} to scontrol")
+    start_text = "now" if start <= now else _slurm_time(start)
+    return ["create", "reservation", f"ReservationName={name}", f"StartTime={start_text}",
+            f"EndTime={_slurm_time(end)}", "Nodes=ALL", "Users=root", "Flags=MAINT,IGNORE_JOBS"]  # fmt: skip
+
+
 if TYPE_CHECKING:
     from carme_runtime.command_runner import Runner
 
@@ -191,6 +205,10 @@ class Reservations(Protocol):
 
     def last(self, error: str) -> ReservationState:
         """What is known without asking Slurm, flagged with ``error``."""
+        ...
+
+    def create_maintenance(self, name: str, start: dt.datetime, end: dt.datetime) -> str:
+        """Create a maintenance window (:func:`maintenance_argv`); :class:`SlurmError` carries Slurm's refusal."""
         ...
 
     def delete(self, name: str) -> None: ...
@@ -309,6 +327,11 @@ class SlurmReservations:
         if short:
             self.delete(spec.name)
             raise SlurmError(short)
+        return out
+
+    def create_maintenance(self, name: str, start: dt.datetime, end: dt.datetime) -> str:
+        out = self._scontrol(maintenance_argv(name, start, end, dt.datetime.now(dt.UTC)))
+        self.invalidate()
         return out
 
     def delete(self, name: str) -> None:

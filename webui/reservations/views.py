@@ -26,6 +26,7 @@ from webui.models import ROW_ID
 from webui.models import ReservationRequest
 from webui.models import utcnow
 from webui.reservations import calendar
+from webui.reservations import maintenance
 from webui.reservations import service as svc
 from webui.slurm.errors import SlurmError
 
@@ -174,7 +175,32 @@ def admin() -> Any:
         pending=svc.pending_requests(),
         decided=svc.recent_decisions(),
         timezone=str(svc.zone()),
+        windows=maintenance.upcoming(svc.slurm_state(), dt.datetime.now(dt.UTC)),
     )
+
+
+@bp.route("/admin/maintenance", methods=["POST"])
+@admin_required
+def announce_maintenance() -> Response:
+    try:
+        name = maintenance.announce(request.form)
+    except SlurmError as exc:
+        flash(f"Slurm refused the maintenance window: {exc}")
+    else:
+        flash(f"Maintenance window {name} announced: Slurm holds jobs that would run into it.")
+    return redirect(url_for("reservations.admin"))
+
+
+@bp.route("/admin/maintenance/<name>/withdraw", methods=["POST"])
+@admin_required
+def withdraw_maintenance(name: str) -> Response:
+    try:
+        maintenance.withdraw(name)
+    except SlurmError as exc:
+        flash(f"Slurm refused: {exc}")
+    else:
+        flash(f"Maintenance window {name} withdrawn.")
+    return redirect(url_for("reservations.admin"))
 
 
 @bp.route(f"/admin/<{ROW_ID}:request_id>/decide", methods=["POST"])

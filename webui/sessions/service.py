@@ -25,6 +25,7 @@ from webui.models import PortalSession
 from webui.models import utcnow
 from webui.projects.service import session_account
 from webui.quota.usage import quota_view
+from webui.reservations.maintenance import check_session
 from webui.reservations.service import active_reservations
 from webui.reservations.slurm import Reservation
 from webui.sessions import limit
@@ -70,6 +71,8 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     if profile is not None and form.get("time_minutes") in (None, ""):
         values["time_minutes"] = min(profile.time_minutes, limits["max_time_minutes"])  # the user's own limit
     gpus, nodes, time_minutes = _size(values, limits, reservation)
+    if reservation is None:  # a session in a reservation ends with it; else it must end before a maintenance window
+        check_session(state, partition or default_partition(state), time_minutes)
     cpus, mem_mb = _resources(values, limits)
     if reservation is not None and reservation.gpus:
         cpus = _within_gpu_reservation(form, reservation, gpus, nodes, cpus)  # a profile's CPUs are lowered too
