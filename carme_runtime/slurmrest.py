@@ -213,6 +213,7 @@ def account_record(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "name": _text(raw.get("name")),
         "description": _text(raw.get("description")),
+        "organization": _text(raw.get("organization")),
         "coordinators": sorted(
             _text(c.get("name")) for c in (coords if isinstance(coords, list) else []) if isinstance(c, dict)
         ),

@@ -24,6 +24,7 @@ import pytest
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import goto_until
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 
@@ -138,3 +139,38 @@ def test_a_spent_project_budget_holds_plain_sbatch_and_the_start_form_says_so(de
         on_head("sacctmgr", "-i", "modify", "account", "research", "set", "GrpTRESMins=gres/gpu=-1")
         if held:
             on_head("scancel", str(held))
+
+
+def test_carol_creates_a_project_alice_adds_bob_and_his_plain_sbatch_runs_in_it(demo: Demo) -> None:
+    """The acceptance's first step (issue 31): carol creates a project with 10 GPU-hours and alice as its manager;
+    alice adds bob on its page; bob's plain ``sbatch --account=NAME --gres=gpu:1`` runs. The account is deleted
+    afterwards (a fresh name per run)."""
+    name = f"vision{int(time.time()) % 100000}"
+    try:
+        carol, _ = login(demo, "carol")
+        carol.goto(f"{BASE}/projects/")
+        form = carol.locator("#new-project")
+        for field, value in (("name", name), ("description", "e2e vision"), ("gpu_hours", "10"), ("manager", "alice")):
+            form.locator(f"input[name={field}]").fill(value)
+        form.get_by_role("button", name="Create project").click()
+        # each portal worker reads the projects at most every QUOTA_CACHE_SECONDS: the list is read again until then
+        goto_until(carol, f"{BASE}/projects/", f'tr[data-project="{name}"]', timeout_s=90)
+        assert carol.locator(f'tr[data-project="{name}"] td.budget').inner_text().startswith("10.00")
+
+        alice, _ = login(demo, "alice")
+        alice.goto(f"{BASE}/projects/{name}/report")
+        alice.locator("#add-member input[name=user]").fill("bob")
+        alice.get_by_role("button", name="Add member").click()
+        goto_until(alice, f"{BASE}/projects/{name}/report", 'li[data-member="bob"]', timeout_s=90)
+        demo.steps.shot(alice, "alice-adds-bob")
+        argv = ["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
+                "--mem=100", f"--account={name}", "--gres=gpu:1", "--time=5", "--wrap=sleep 2"]  # fmt: skip
+        proc = on_head(*argv)
+        assert proc.returncode == 0, proc.stderr
+        job = proc.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 120
+        while (state := on_head("sacct", "-X", "-n", "-P", "-j", job, "-o", "State").stdout.strip()) != "COMPLETED":
+            assert time.monotonic() < deadline and state in ("", "PENDING", "RUNNING", "COMPLETING"), state
+            time.sleep(3)
+    finally:
+        on_head("sacctmgr", "-i", "delete", "account", name)

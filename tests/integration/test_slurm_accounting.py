@@ -22,7 +22,13 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
+from webui.projects import accounting
+from webui.projects.accounting import Sacctmgr
 from webui.slurm.client import API
+from webui.slurm.client import SlurmClient
+from webui.slurm.errors import SlurmError
+from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.records import parse_projects
 
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
@@ -137,3 +143,38 @@ def test_coordinators_are_exactly_the_declared_ones_idempotent_and_checked(clust
         for user in ("alice", "bob"):
             where = ["where", f"name={user}", f"account={SERVICES}"]
             cluster.run(["sacctmgr", "-i", "delete", "user", *where], check=False)
+
+
+def test_the_portal_creates_a_project_and_changes_its_members_as_an_operator(cluster: HostSlurm) -> None:
+    """What webui.projects.accounting sends, run as an Operator (the portal's Slurm identity), on a real slurmdbd:
+    the project reads back as the portal's own with its budget, manager and members, and bob's plain sbatch in it
+    runs."""
+    level = ["sacctmgr", "-i", "modify", "user", "where", f"name={OPERATOR}", "set"]
+    cluster.run([*level, "AdminLevel=Operator"])
+    portal = Sacctmgr(("runuser", "-u", OPERATOR, "--", "sacctmgr"), str(cluster.slurm_conf))
+    name = "carmeproj"
+    client = SlurmClient(cluster.restd_url, TokenSource(str(cluster.jwt_key)), timeout=30)
+    try:
+        portal.sacctmgr(accounting.create_argv(name, "Portal test", 600, ["normal"]))
+        portal.sacctmgr(accounting.member_argv(name, "alice", add=True))
+        portal.sacctmgr(accounting.coordinator_argv(name, "alice"))
+        portal.sacctmgr(accounting.member_argv(name, "bob", add=True))
+        with pytest.raises(SlurmError):  # there already: refused, not silently taken
+            portal.sacctmgr(accounting.create_argv(name, "Portal test", 600, ["normal"]))
+        projects = parse_projects(client.accounts(OPERATOR), client.associations(OPERATOR))
+        (made,) = [p for p in projects if p.name == name]
+        assert (made.source, made.gpu_minutes, made.managers, made.members) == (
+            "portal",
+            600,
+            ("alice",),
+            ("alice", "bob"),
+        )
+        assert next(p for p in projects if p.name == ACCOUNT).source == "inventory"
+        job = cluster.sbatch("bob", "true", f"--account={name}")
+        assert cluster.wait_job(job, timeout=120) == "COMPLETED"
+        portal.sacctmgr(accounting.member_argv(name, "bob", add=False))
+        projects = parse_projects(client.accounts(OPERATOR), client.associations(OPERATOR))
+        assert next(p for p in projects if p.name == name).members == ("alice",)
+    finally:
+        cluster.run(["sacctmgr", "-i", "delete", "account", name], check=False)
+        cluster.run([*level, "AdminLevel=None"])

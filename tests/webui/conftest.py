@@ -161,7 +161,7 @@ class FakeScheduler:
     #: Slurm's accounts as projects (tests set it per instance)
     project_list: tuple[SlurmProject, ...] = ()
 
-    def projects(self) -> list[SlurmProject]:
+    def projects(self, max_age: float | None = None) -> list[SlurmProject]:
         if self.error:
             raise SlurmError(self.error)
         return list(self.project_list)

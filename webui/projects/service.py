@@ -107,8 +107,15 @@ def _jobs(account: str, month: str) -> list[AccountJob]:
     return current_scheduler().project_jobs(account, since, until)
 
 
+#: a project missing from this worker's list is looked for again in one at most this old (made a moment ago)
+RECHECK_SECONDS = 2.0
+
+
 def find_project(name: str) -> SlurmProject | None:
-    return next((p for p in current_scheduler().projects() if p.name == name), None)
+    found = next((p for p in current_scheduler().projects() if p.name == name), None)
+    if found is None:
+        found = next((p for p in current_scheduler().projects(max_age=RECHECK_SECONDS) if p.name == name), None)
+    return found
 
 
 def project_report(project: SlurmProject, month: str) -> Report:

@@ -7,12 +7,18 @@ from __future__ import annotations
 from flask import Blueprint
 from flask import Response
 from flask import abort
+from flask import flash
+from flask import redirect
 from flask import render_template
 from flask import request
+from flask import url_for
+from werkzeug.wrappers import Response as BaseResponse
 
+from webui.auth.access import admin_required
 from webui.auth.access import login_required
 from webui.auth.logins import CurrentUser
 from webui.auth.logins import current_user
+from webui.projects import manage
 from webui.projects import service
 from webui.slurm.errors import SlurmError
 
@@ -55,3 +61,28 @@ def report(name: str, as_csv: bool = False) -> Response | str:
         resp.headers["Cache-Control"] = "no-store"
         return resp
     return render_template("projects/report.html", report=found, source_of=service.source_of, utc=service.utc_text)
+
+
+@bp.route("/new", methods=["POST"])
+@admin_required
+def create() -> BaseResponse:
+    try:
+        name = manage.create_project(request.form)
+    except SlurmError as exc:
+        flash(f"Slurm refused the project: {exc}")
+    else:
+        flash(f"Project {name} created: its manager can add members on its report page.")
+    return redirect(url_for("projects.index"))
+
+
+@bp.route("/<name>/members", methods=["POST"])
+@bp.route("/<name>/members/remove", methods=["POST"], endpoint="remove_member", defaults={"add": False})
+@login_required
+def add_member(name: str, add: bool = True) -> BaseResponse:
+    try:
+        member = manage.change_member(_user(), name, request.form, add=add)
+    except SlurmError as exc:
+        flash(f"Slurm refused: {exc}")
+    else:
+        flash(f"{member} {'added to' if add else 'removed from'} project {name}.")
+    return redirect(url_for("projects.report", name=name))

@@ -90,6 +90,10 @@ class AccountJob:
     gpus: int = 0
 
 
+#: the Organization of the accounts the portal creates (webui.projects.accounting)
+PORTAL_ORGANIZATION = "carme-portal"
+
+
 @dataclass(frozen=True)
 class SlurmProject:
     """A project is a Slurm account: its coordinators manage it, its users' associations are its members, and the
@@ -100,6 +104,8 @@ class SlurmProject:
     managers: tuple[str, ...]
     members: tuple[str, ...]
     gpu_minutes: int | None
+    #: who owns it: "portal" (an account the portal made, Organization carme-portal) or "inventory"
+    source: str = "inventory"
 
 
 def parse_projects(accounts: Sequence[Mapping[str, Any]], assocs: Sequence[Mapping[str, Any]]) -> list[SlurmProject]:
@@ -124,6 +130,7 @@ def parse_projects(accounts: Sequence[Mapping[str, Any]], assocs: Sequence[Mappi
                     managers=tuple(acct["coordinators"]),
                     members=tuple(sorted(members.get(name, ()))),
                     gpu_minutes=budget.get(name),
+                    source="portal" if acct["organization"] == PORTAL_ORGANIZATION else "inventory",
                 )
             )
     return sorted(out, key=lambda p: p.name)

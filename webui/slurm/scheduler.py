@@ -64,7 +64,7 @@ class Scheduler(Protocol):
         """The user's jobs since ``since`` from Slurm's accounting, newest first; :class:`SlurmError` if unreadable."""
         ...
 
-    def projects(self) -> list[SlurmProject]:
+    def projects(self, max_age: float | None = None) -> list[SlurmProject]:
         """Every project (Slurm account) with its managers, members and GPU budget; :class:`SlurmError` if
         unreadable."""
         ...
@@ -213,12 +213,12 @@ class SlurmScheduler:
         }
         return [jobs[k] for k in sorted(jobs, reverse=True)]
 
-    def projects(self) -> list[SlurmProject]:
+    def projects(self, max_age: float | None = None) -> list[SlurmProject]:
         def fetch() -> list[SlurmProject]:
             accounts = self.client.accounts(self.service_user)
             return parse_projects(accounts, self.client.associations(self.service_user))
 
-        return self._projects.get("all", fetch)
+        return self._projects.get("all", fetch, max_age=max_age)
 
     def project_jobs(self, account: str, since: dt.datetime, until: dt.datetime) -> list[AccountJob]:
         lo, hi, now = since.timestamp(), until.timestamp(), time.time()
