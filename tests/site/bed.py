@@ -133,6 +133,19 @@ def controller_tools() -> None:
         if entry.name not in hidden:
             script += f"ln -s {shlex.quote(str(entry))} {WORK}/project/{shlex.quote(entry.name)}\n"
     as_controller(["sh", "-c", script])
+    snapshot_sources()
+
+
+#: what the roles build wheels from (carme_runtime_source_dir, carme_webui_source_dir)
+SOURCES = ("README.md", "packaging", "carme_runtime", "webui")
+
+
+def snapshot_sources() -> None:
+    """A copy of the packages' sources for the deploys: other work in this checkout while the scenario runs must
+    not change the wheels between the first and the second converge (a site's controller has its own checkout)."""
+    paths = " ".join(shlex.quote(str(REPO / name)) for name in SOURCES)
+    as_controller(["sh", "-c", f"mkdir -p {WORK}/source && cp -a {paths} {WORK}/source/ && "
+                   f"find {WORK}/source -name __pycache__ -prune -exec rm -rf {{}} +"])  # fmt: skip
 
 
 def start_nodes() -> None:

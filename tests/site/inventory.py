@@ -119,6 +119,9 @@ def testbed_vars() -> dict[str, Any]:
         # the role's default /tmp/carme-webui-wheel is shared by every account on the controller: root's demo
         # deploys on this host own it, and the controller account may not replace it
         "carme_webui_wheel_build_dir": f"{bed.WORK}/portal-wheel",
+        # the controller's own copy of the sources (bed.snapshot_sources), not this checkout, which may change meanwhile
+        "carme_runtime_source_dir": f"{bed.WORK}/source",
+        "carme_webui_source_dir": f"{bed.WORK}/source",
     }
 
 
@@ -157,3 +160,15 @@ def vault_values() -> dict[str, str]:
     out = bed.as_controller([bed.PY, "-m", "ansible.cli.vault", "view", "--vault-password-file",
                              f"{SITE}/.vault-pass", f"{SITE}/group_vars/all/vault.yml"]).stdout  # fmt: skip
     return {str(k): str(v) for k, v in yaml.safe_load(out).items()}
+
+
+def add_to_vault(name: str, value: str) -> None:
+    """One more secret in the vault (decrypted and encrypted again by the controller, as ``ansible-vault edit``)."""
+    text = yaml.safe_dump({**vault_values(), name: value})
+    plain, vault = f"{bed.WORK}/vault.plain", f"{SITE}/group_vars/all/vault.yml"
+    bed.as_controller(["sh", "-c", f"umask 077; cat > {plain}"], input_text="---\n" + text)
+    try:
+        bed.as_controller(["ansible-vault", "encrypt", "--vault-password-file", f"{SITE}/.vault-pass",
+                           "--output", vault, plain])  # fmt: skip
+    finally:
+        bed.as_controller(["rm", "-f", plain])
