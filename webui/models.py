@@ -230,6 +230,24 @@ class QuotaPolicy(Base):
     max_time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
+class AllocationRequest(Base):
+    """A project manager's request for another monthly GPU budget of a project the portal owns, and the decision
+    (issue 31). Approved, the budget is set in Slurm (the account's GrpTRESMins); every decision is also audited."""
+
+    __tablename__ = "allocation_request"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    username: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_hours: Mapped[int] = mapped_column(Integer, nullable=False)  # the monthly budget asked for
+    purpose: Mapped[str] = mapped_column(String(500), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)  # pending, approved, declined, failed
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
+    decided_by: Mapped[str | None] = mapped_column(String(64))
+    decided_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    reason: Mapped[str] = mapped_column(Text, default="", nullable=False)  # the decision's reason, or Slurm's
+
+
 class ReservationRequest(Base):
     """A user's request for a GPU reservation and the decision on it (issue 16). The reservation itself lives in
     Slurm (``name``, created when the request is approved); every decision is also in the audit log."""
@@ -277,6 +295,7 @@ class AuditLog(Base):
 
 
 __all__ = [
+    "AllocationRequest",
     "AppTicket",
     "AuditLog",
     "Base",

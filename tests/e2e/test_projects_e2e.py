@@ -172,5 +172,18 @@ def test_carol_creates_a_project_alice_adds_bob_and_his_plain_sbatch_runs_in_it(
         while (state := on_head("sacct", "-X", "-n", "-P", "-j", job, "-o", "State").stdout.strip()) != "COMPLETED":
             assert time.monotonic() < deadline and state in ("", "PENDING", "RUNNING", "COMPLETING"), state
             time.sleep(3)
+
+        # alice asks for 20 GPU-hours a month, carol approves: Slurm's budget of the account follows
+        form = alice.locator("#request-allocation")
+        form.locator("input[name=gpu_hours]").fill("20")
+        form.locator("textarea[name=purpose]").fill("e2e: more runs")
+        form.get_by_role("button", name="Request").click()
+        alice.wait_for_selector("text=waits for an administrator", timeout=20_000)
+        carol.goto(f"{BASE}/projects/")
+        row = carol.locator("#allocations tr[data-allocation]").filter(has_text=name)
+        row.get_by_role("button", name="Approve").click()
+        carol.wait_for_selector("text=: approved.", timeout=20_000)
+        shown = on_head("sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={name}", "format=User,GrpTRESMins")
+        assert "|gres/gpu=1200" in shown.stdout.splitlines(), shown.stdout  # the account's own association
     finally:
         on_head("sacctmgr", "-i", "delete", "account", name)

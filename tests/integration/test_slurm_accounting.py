@@ -173,8 +173,10 @@ def test_the_portal_creates_a_project_and_changes_its_members_as_an_operator(clu
         job = cluster.sbatch("bob", "true", f"--account={name}")
         assert cluster.wait_job(job, timeout=120) == "COMPLETED"
         portal.sacctmgr(accounting.member_argv(name, "bob", add=False))
+        portal.sacctmgr(accounting.budget_argv(name, 2400))  # an approved allocation request
         projects = parse_projects(client.accounts(OPERATOR), client.associations(OPERATOR))
-        assert next(p for p in projects if p.name == name).members == ("alice",)
+        changed = next(p for p in projects if p.name == name)
+        assert (changed.members, changed.gpu_minutes) == (("alice",), 2400)
     finally:
         cluster.run(["sacctmgr", "-i", "delete", "account", name], check=False)
         cluster.run([*level, "AdminLevel=None"])

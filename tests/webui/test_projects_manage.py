@@ -136,3 +136,45 @@ def test_the_inventorys_projects_bad_input_and_slurms_refusal(
     resp = post(client, "/projects/vision/members", {"user": "zed"}, follow_redirects=True)
     assert "Slurm refused: Problem adding user: no such user" in resp.get_data(as_text=True)
     assert ("project.member_add", "vision") not in actions(app)
+
+
+def test_a_manager_requests_a_budget_and_an_admin_approves_or_declines_it(
+    app: Flask, client: FlaskClient, acct: FakeAccounting, fake_scheduler: FakeScheduler
+) -> None:
+    log_in_as(app, client, "carol", admin=True)
+    assert post(client, "/projects/new", NEW).status_code == 302
+    log_in_as(app, client, "bob")
+    ask = {"gpu_hours": "40", "purpose": "ablation runs"}
+    assert post(client, "/projects/vision/allocation", ask).status_code == 403  # a member at most, no manager
+    log_in_as(app, client, "alice")
+    assert post(client, "/projects/research/allocation", ask).status_code == 409  # the inventory's
+    assert post(client, "/projects/vision/allocation", ask).status_code == 302
+    again = post(client, "/projects/vision/allocation", ask)
+    assert again.status_code == 400 and "waiting for an administrator already" in again.get_data(as_text=True)
+    assert post(client, "/projects/vision/allocation", {"gpu_hours": "-3", "purpose": "x"}).status_code == 400
+
+    log_in_as(app, client, "bob")
+    assert post(client, "/projects/allocations/1/decide", {"action": "approve"}).status_code == 403
+    log_in_as(app, client, "carol", admin=True)
+    assert 'data-allocation="1"' in client.get("/projects/").get_data(as_text=True)
+    assert post(client, "/projects/allocations/1/decide", {"action": "decline"}).status_code == 400  # no reason
+    assert post(client, "/projects/allocations/1/decide", {"action": "approve"}).status_code == 302
+    assert acct.calls[-1] == ["modify", "account", "where", "name=vision", "set", "GrpTRESMins=gres/gpu=2400"]
+    assert post(client, "/projects/allocations/1/decide", {"action": "approve"}).status_code == 409
+    assert post(client, "/projects/allocations/9/decide", {"action": "approve"}).status_code == 404
+
+    log_in_as(app, client, "alice")
+    assert post(client, "/projects/vision/allocation", {"gpu_hours": "80", "purpose": "more"}).status_code == 302
+    page = client.get("/projects/vision/report").get_data(as_text=True)
+    assert 'data-allocation="1"' in page and ">approved<" in page and 'data-allocation="2"' in page
+    log_in_as(app, client, "carol", admin=True)
+    acct.refuse = "Problem modifying account"
+    post(client, "/projects/allocations/2/decide", {"action": "approve"})
+    log_in_as(app, client, "alice")
+    assert ">failed<" in client.get("/projects/vision/report").get_data(as_text=True)
+    assert [a for a in actions(app) if a[0].startswith("allocation.")] == [
+        ("allocation.request", "vision"),
+        ("allocation.approved", "vision"),
+        ("allocation.request", "vision"),
+        ("allocation.failed", "vision"),
+    ]

@@ -47,6 +47,11 @@ def create_argv(name: str, description: str, gpu_minutes: int, qos: Sequence[str
             "QOS=" + ",".join(_checked(q) for q in sorted(set(qos))), "DefaultQOS=normal"]  # fmt: skip
 
 
+def budget_argv(name: str, gpu_minutes: int) -> list[str]:
+    """A new monthly GPU budget for the account (an approved allocation request)."""
+    return ["modify", "account", "where", f"name={_checked(name)}", "set", f"GrpTRESMins=gres/gpu={int(gpu_minutes)}"]
+
+
 def coordinator_argv(name: str, user: str) -> list[str]:
     return ["add", "coordinator", f"account={_checked(name)}", f"names={_checked(user)}"]
 

@@ -18,6 +18,8 @@ from webui.auth.access import admin_required
 from webui.auth.access import login_required
 from webui.auth.logins import CurrentUser
 from webui.auth.logins import current_user
+from webui.models import ROW_ID
+from webui.projects import allocations
 from webui.projects import manage
 from webui.projects import service
 from webui.slurm.errors import SlurmError
@@ -38,7 +40,9 @@ def index() -> str:
         projects, error = service.visible_projects(_user()), ""
     except SlurmError as exc:
         projects, error = [], str(exc)
-    return render_template("projects/index.html", projects=projects, error=error, month=service.this_month())
+    waiting = allocations.pending_requests() if _user().is_admin else []
+    month = service.this_month()
+    return render_template("projects/index.html", projects=projects, error=error, month=month, waiting=waiting)
 
 
 @bp.route("/<name>/report")
@@ -60,7 +64,13 @@ def report(name: str, as_csv: bool = False) -> Response | str:
         resp.headers["Content-Disposition"] = f'attachment; filename="{project.name}-{month}.csv"'
         resp.headers["Cache-Control"] = "no-store"
         return resp
-    return render_template("projects/report.html", report=found, source_of=service.source_of, utc=service.utc_text)
+    return render_template(
+        "projects/report.html",
+        report=found,
+        source_of=service.source_of,
+        utc=service.utc_text,
+        requests=allocations.requests_of(project.name),
+    )
 
 
 @bp.route("/new", methods=["POST"])
@@ -86,3 +96,22 @@ def add_member(name: str, add: bool = True) -> BaseResponse:
     else:
         flash(f"{member} {'added to' if add else 'removed from'} project {name}.")
     return redirect(url_for("projects.report", name=name))
+
+
+@bp.route("/<name>/allocation", methods=["POST"])
+@login_required
+def request_allocation(name: str) -> BaseResponse:
+    row = allocations.request_allocation(_user(), name, request.form)
+    flash(f"Request {row.id} for {row.gpu_hours} GPU-hours a month waits for an administrator.")
+    return redirect(url_for("projects.report", name=name))
+
+
+@bp.route(f"/allocations/<{ROW_ID}:request_id>/decide", methods=["POST"])
+@admin_required
+def decide_allocation(request_id: int) -> BaseResponse:
+    row = allocations.decide(_user(), request_id, request.form)
+    if row.status == allocations.FAILED:
+        flash(f"Slurm refused request {row.id}: {row.reason}")
+    else:
+        flash(f"Request {row.id} for project {row.project}: {row.status}.")
+    return redirect(url_for("projects.index"))
