@@ -16,6 +16,7 @@ Needs the demo up and deployed with ``carme_container_runtime: charliecloud`` an
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +47,22 @@ MARKER = "carme-container-e2e.txt"
 BROKEN = "e2e-broken-digest"
 
 pytestmark = pytest.mark.e2e
+
+
+def _charliecloud_demo() -> bool:
+    """The demo's nodes run Charliecloud sessions: always on Debian 12; on Debian 13 (Apptainer by default,
+    tests/e2e/test_apptainer_e2e.py) only when deployed with ``carme_container_runtime=charliecloud``."""
+    probe = f"grep -q '^13' /etc/debian_version || exit 0; command -v ch-run >/dev/null && test -d {IMAGE_PATH}"
+    probe += " || exit 1"
+    try:
+        got = run(["podman", "exec", NODE, "sh", "-c", probe], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # no demo: the demo fixture says so
+    return got.returncode != 1  # 1: Debian 13 without Charliecloud; podman's own failures: the demo fixture says so
+
+
+if not _charliecloud_demo():
+    pytest.skip("the Debian 13 demo runs Apptainer sessions (tests/e2e/test_apptainer_e2e.py)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
