@@ -323,6 +323,11 @@ class SlurmRestApi:
         """``associations`` -> ``/slurmdb/<version>/associations``."""
         return f"/slurmdb/{self.version}/{endpoint.lstrip('/')}"
 
+    def accounts_path(self) -> str:
+        """The accounts with their coordinators: v0.0.38 lists them always, v0.0.40+ only when asked (an unknown query
+        field is refused by 22.05's slurmrestd)."""
+        return self.db_path("accounts" if self.legacy else "accounts?WithCoordinators=true")
+
     def submit_body(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """``POST job/submit``'s body from the dialect's ``{"script": ..., "job": {...}}``."""
         if self.legacy:

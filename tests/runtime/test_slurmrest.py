@@ -61,6 +61,9 @@ def test_paths() -> None:
     assert api.path("jobs") == "/slurm/v0.0.41/jobs" and api.path("job/5") == "/slurm/v0.0.41/job/5"
     assert api.db_path("jobs?account=a") == "/slurmdb/v0.0.41/jobs?account=a"
     assert slurmrest.LEGACY_API.path("job/submit") == "/slurm/v0.0.38/job/submit" and slurmrest.LEGACY_API.legacy
+    # coordinators: listed by 22.05 always, by 24.11 (tried on the Debian 13 demo) only with this query field
+    assert api.accounts_path() == "/slurmdb/v0.0.41/accounts?WithCoordinators=true"
+    assert slurmrest.LEGACY_API.accounts_path() == "/slurmdb/v0.0.38/accounts"
 
 
 DIALECT = {

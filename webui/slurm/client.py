@@ -167,7 +167,7 @@ class SlurmClient:
 
     def accounts(self, user: str) -> list[dict[str, Any]]:
         """Slurm's accounts with their coordinators, as ``user`` sees them."""
-        accts = self.request("GET", self.api_for(user).db_path("accounts"), user).get("accounts") or []
+        accts = self.request("GET", self.api_for(user).accounts_path(), user).get("accounts") or []
         return [a for a in accts if isinstance(a, dict)]
 
     def account_jobs(self, user: str, accounts: Iterable[str], since: int) -> list[dict[str, Any]]:
