@@ -117,6 +117,13 @@ def _login_state(key: str) -> Any:
     return sess.connection().execute(_LOGIN_STATE, {"key": key}).one_or_none()
 
 
+def logged_in() -> CurrentUser:
+    """The user of a view behind ``login_required`` (which has checked there is one)."""
+    user = current_user()
+    assert user is not None
+    return user
+
+
 def current_user() -> CurrentUser | None:
     """The fully logged-in user (password and TOTP, login not revoked), or None."""
     if "carme_user" in g:

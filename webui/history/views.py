@@ -19,8 +19,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from webui import forms
 from webui.auth.access import login_required
-from webui.auth.logins import CurrentUser
-from webui.auth.logins import current_user
+from webui.auth.logins import logged_in
 from webui.extensions import db
 from webui.history import entries
 from webui.history.logs import LogMissing
@@ -44,17 +43,11 @@ TAIL_BYTES = 1024 * 1024
 DOWNLOAD_BYTES = 5 * 1024 * 1024
 
 
-def _user() -> CurrentUser:
-    user = current_user()
-    assert user is not None
-    return user
-
-
 @bp.route("/")
 @login_required
 def index() -> str:
     page = forms.integer(request.args, "page", lo=1, hi=10**6, default=1)
-    return render_template("history/index.html", history=entries.history(_user().username, page))
+    return render_template("history/index.html", history=entries.history(logged_in().username, page))
 
 
 def _log_of(username: str, job_id: int) -> tuple[str, str]:
@@ -79,7 +72,7 @@ def _log_of(username: str, job_id: int) -> tuple[str, str]:
 @login_required
 def log(job_id: str) -> BaseResponse:
     """The log's last ``lines`` lines as text; ``download=1``: its last :data:`DOWNLOAD_BYTES` as a file."""
-    owner, path = _log_of(_user().username, parse_job_id(job_id))
+    owner, path = _log_of(logged_in().username, parse_job_id(job_id))
     download = request.args.get("download") == "1"
     lines = forms.integer(request.args, "lines", lo=1, hi=MAX_LINES, default=DEFAULT_LINES)
     try:
@@ -106,7 +99,7 @@ def log(job_id: str) -> BaseResponse:
 def dismiss(job_id: str) -> BaseResponse:
     """Dismiss the dashboard's notice of the user's session ``job_id``."""
     record = get_portal_session(parse_job_id(job_id))
-    if record is None or record.owner != _user().username:
+    if record is None or record.owner != logged_in().username:
         abort(404, description="No such session of yours.")
     record.end_seen = True
     db.session.commit()

@@ -16,31 +16,25 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from webui.auth.access import admin_required
 from webui.auth.access import login_required
-from webui.auth.logins import CurrentUser
-from webui.auth.logins import current_user
+from webui.auth.logins import logged_in
 from webui.models import ROW_ID
 from webui.projects import allocations
 from webui.projects import manage
 from webui.projects import service
 from webui.slurm.errors import SlurmError
+from webui.slurm.errors import flash_outcome
 
 bp = Blueprint("projects", __name__, url_prefix="/projects")
-
-
-def _user() -> CurrentUser:
-    user = current_user()
-    assert user is not None
-    return user
 
 
 @bp.route("/")
 @login_required
 def index() -> str:
     try:
-        projects, error = service.visible_projects(_user()), ""
+        projects, error = service.visible_projects(logged_in()), ""
     except SlurmError as exc:
         projects, error = [], str(exc)
-    waiting = allocations.pending_requests() if _user().is_admin else []
+    waiting = allocations.pending_requests() if logged_in().is_admin else []
     month = service.this_month()
     return render_template("projects/index.html", projects=projects, error=error, month=month, waiting=waiting)
 
@@ -54,7 +48,7 @@ def report(name: str, as_csv: bool = False) -> Response | str:
         project = service.find_project(name)
         if project is None:
             abort(404)
-        if not service.may_report(_user(), project):
+        if not service.may_report(logged_in(), project):
             abort(403, description="Only the project's managers and administrators see its report.")
         found = service.project_report(project, month)
     except SlurmError as exc:
@@ -76,12 +70,11 @@ def report(name: str, as_csv: bool = False) -> Response | str:
 @bp.route("/new", methods=["POST"])
 @admin_required
 def create() -> BaseResponse:
-    try:
-        name = manage.create_project(request.form)
-    except SlurmError as exc:
-        flash(f"Slurm refused the project: {exc}")
-    else:
-        flash(f"Project {name} created: its manager can add members on its report page.")
+    flash_outcome(
+        lambda: manage.create_project(request.form),
+        lambda name: f"Project {name} created: its manager can add members on its report page.",
+        "Slurm refused the project",
+    )
     return redirect(url_for("projects.index"))
 
 
@@ -89,19 +82,18 @@ def create() -> BaseResponse:
 @bp.route("/<name>/members/remove", methods=["POST"], endpoint="remove_member", defaults={"add": False})
 @login_required
 def add_member(name: str, add: bool = True) -> BaseResponse:
-    try:
-        member = manage.change_member(_user(), name, request.form, add=add)
-    except SlurmError as exc:
-        flash(f"Slurm refused: {exc}")
-    else:
-        flash(f"{member} {'added to' if add else 'removed from'} project {name}.")
+    flash_outcome(
+        lambda: manage.change_member(logged_in(), name, request.form, add=add),
+        lambda member: f"{member} {'added to' if add else 'removed from'} project {name}.",
+        "Slurm refused",
+    )
     return redirect(url_for("projects.report", name=name))
 
 
 @bp.route("/<name>/allocation", methods=["POST"])
 @login_required
 def request_allocation(name: str) -> BaseResponse:
-    row = allocations.request_allocation(_user(), name, request.form)
+    row = allocations.request_allocation(logged_in(), name, request.form)
     flash(f"Request {row.id} for {row.gpu_hours} GPU-hours a month waits for an administrator.")
     return redirect(url_for("projects.report", name=name))
 
@@ -109,7 +101,7 @@ def request_allocation(name: str) -> BaseResponse:
 @bp.route(f"/allocations/<{ROW_ID}:request_id>/decide", methods=["POST"])
 @admin_required
 def decide_allocation(request_id: int) -> BaseResponse:
-    row = allocations.decide(_user(), request_id, request.form)
+    row = allocations.decide(logged_in(), request_id, request.form)
     if row.status == allocations.FAILED:
         flash(f"Slurm refused request {row.id}: {row.reason}")
     else:

@@ -29,6 +29,7 @@ from webui.reservations import calendar
 from webui.reservations import maintenance
 from webui.reservations import service as svc
 from webui.slurm.errors import SlurmError
+from webui.slurm.errors import flash_outcome
 
 bp = Blueprint("reservations", __name__, url_prefix="/reservations")
 
@@ -182,24 +183,20 @@ def admin() -> Any:
 @bp.route("/admin/maintenance", methods=["POST"])
 @admin_required
 def announce_maintenance() -> Response:
-    try:
-        name = maintenance.announce(request.form)
-    except SlurmError as exc:
-        flash(f"Slurm refused the maintenance window: {exc}")
-    else:
-        flash(f"Maintenance window {name} announced: Slurm holds jobs that would run into it.")
+    flash_outcome(
+        lambda: maintenance.announce(request.form),
+        lambda name: f"Maintenance window {name} announced: Slurm holds jobs that would run into it.",
+        "Slurm refused the maintenance window",
+    )
     return redirect(url_for("reservations.admin"))
 
 
 @bp.route("/admin/maintenance/<name>/withdraw", methods=["POST"])
 @admin_required
 def withdraw_maintenance(name: str) -> Response:
-    try:
-        maintenance.withdraw(name)
-    except SlurmError as exc:
-        flash(f"Slurm refused: {exc}")
-    else:
-        flash(f"Maintenance window {name} withdrawn.")
+    flash_outcome(
+        lambda: maintenance.withdraw(name), lambda _: f"Maintenance window {name} withdrawn.", "Slurm refused"
+    )
     return redirect(url_for("reservations.admin"))
 
 

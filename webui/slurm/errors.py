@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+from typing import TypeVar
+
+from flask import flash
+
+T = TypeVar("T")
 
 
 class SlurmError(Exception):
@@ -17,3 +23,14 @@ class SlurmError(Exception):
 
 class SlurmUnavailable(SlurmError):
     """slurmrestd or slurmctld cannot be reached right now."""
+
+
+def flash_outcome(action: Callable[[], T], done: Callable[[T], str], refused: str) -> T | None:
+    """Run a change Slurm may refuse and flash how it went: ``done(result)``, or ``refused: <Slurm's words>``."""
+    try:
+        result = action()
+    except SlurmError as exc:
+        flash(f"{refused}: {exc}")
+        return None
+    flash(done(result))
+    return result
