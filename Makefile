@@ -142,7 +142,7 @@ test-trixie: venv ## the opt-in Debian 13 tests: Slurm 24.11, Apptainer (needs t
 # The opt-in `site` scenario (issue 29), not part of `make test`: two nodes on a podman network with no route out,
 # reached over SSH as `deploy` with sudo by a non-root controller account (carme-ctl), the inventory from `carme site
 # init` with its vault, a site CA, every package from the offline bundle (built once into SITE_BUNDLE, else verified).
-SITE_BUNDLE ?= /var/tmp/carme-site-bundle
+SITE_BUNDLE ?= /var/tmp/carme-site-bundle-$(CARME_RELEASE)
 test-site: venv image wheelhouse ## the opt-in site scenario: SSH, sudo, vault, site CA, offline bundle (tests/site)
 	if [ -f $(SITE_BUNDLE)/manifest.json ]; then carme bundle verify $(SITE_BUNDLE) --release $(CARME_RELEASE)
 	else rm -rf $(SITE_BUNDLE); carme bundle build --release $(CARME_RELEASE) --out $(SITE_BUNDLE); fi

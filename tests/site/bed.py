@@ -34,7 +34,7 @@ HEAD = "carme-site-head"
 NODES = (HEAD, "carme-site-node1")
 CONTROLLER = "carme-ctl"
 WORK = Path(os.environ.get("CARME_SITE_WORK", "/var/tmp/carme-site-ctl"))  # the controller's files (0700)
-BUNDLE = Path(os.environ.get("CARME_SITE_BUNDLE", "/var/tmp/carme-site-bundle"))
+BUNDLE = Path(os.environ.get("CARME_SITE_BUNDLE", "/var/tmp/carme-site-bundle-bookworm"))  # make test-site: SITE_BUNDLE
 BUNDLE_ON_NODE = "/srv/carme-bundle"
 DEPLOY_USER = "deploy"
 #: the checkout's virtualenv runs a Python under /root, which the controller account cannot execute: it runs the
