@@ -20,6 +20,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -127,6 +128,26 @@ def test_the_portal_login_page_answers(site: Site) -> None:
                           capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
     assert page.returncode == 0, page.stderr
     assert 'name="password"' in page.stdout, page.stdout[:2000]
+
+
+#: on the head, as the portal reads it: its ZABBIX_CA_FILE ("": the system trust store), then TLS to the frontend
+PORTAL_TO_ZABBIX = r"""
+import socket, ssl
+settings = {}
+exec(open("/etc/carme/webui/config.py").read(), settings)
+ca = settings.get("ZABBIX_CA_FILE") or None
+ctx = ssl.create_default_context(cafile=ca)
+with socket.create_connection(("127.0.0.1", 8445), 10) as raw, ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+    print("verified with", ca or "the system trust store")
+"""
+
+
+def test_the_portal_verifies_the_zabbix_frontend(site: Site) -> None:
+    """The portal's node health reads Zabbix over TLS with ZABBIX_CA_FILE: with the site's certificate that is the
+    trust store (inventories/example/group_vars/all/portal.yml), not the frontend's certificate itself."""
+    assert site.first.rc == 0
+    done = bed.on_node(bed.HEAD, f"python3 -c {shlex.quote(PORTAL_TO_ZABBIX)}", check=False)
+    assert done.stdout.startswith("verified with the system trust store"), done.stdout + done.stderr
 
 
 def test_no_secret_in_clear_in_the_inventory(site: Site) -> None:
