@@ -135,6 +135,28 @@ def test_a_failed_submission_gives_its_place_back(
     assert [a.status_code for a in answers] == [201, 201]
 
 
+def test_a_job_that_cannot_be_recorded_is_cancelled_and_its_place_given_back(
+    app: Flask, fake_scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database error while recording a submitted job (MariaDB answered 1213 "Deadlock found" in CI) leaves no job
+    that nobody can see: it is cancelled, the claim given back, and the answer is the database's 503."""
+    from sqlalchemy.exc import OperationalError
+
+    from webui.sessions import limit
+
+    def deadlock(self: Any) -> None:
+        raise OperationalError("DELETE FROM session_start", {}, Exception("1213 Deadlock found"))
+
+    monkeypatch.setattr(limit.Claim, "settle", deadlock)
+    (answer,) = at_once(app, "alice", "/api/sessions", START, n=1)
+    assert answer.status_code == 503 and answer.get_json()["database"] == "down"
+    assert len(fake_scheduler.submitted) == 1
+    assert [user for _job, user in fake_scheduler.cancelled] == ["alice"] and not fake_scheduler.jobs
+    with app.app_context():
+        assert db.session.scalar(select(func.count()).select_from(SessionStart)) == 0
+        assert db.session.scalar(select(func.count()).select_from(PortalSession)) == 0
+
+
 def test_a_start_in_flight_counts_and_a_stale_one_does_not(app: Flask, fake_scheduler: FakeScheduler) -> None:
     """A worker killed between its claim and its record leaves the claim: it counts for a while, then no more."""
     import datetime as dt

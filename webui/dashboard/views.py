@@ -20,6 +20,8 @@ from webui.monitoring.health import node_health
 from webui.quota.usage import quota_view
 from webui.reservations.maintenance import shown as maintenance_shown
 from webui.reservations.service import reserved_gpu_hours
+from webui.reservations.service import slurm_state
+from webui.reservations.slurm import ReservationState
 from webui.sessions import storage
 from webui.sessions.status import my_session_views
 from webui.slurm.state import ClusterState
@@ -57,16 +59,17 @@ def index() -> Any:
     # GPU values (Zabbix) of the nodes my running jobs are on
     my_nodes = sorted({n for j in state.jobs_of(user.username) if j.state == "RUNNING" for n in j.nodes})
     health = node_health()
+    reservations = slurm_state()  # read once for the page (the quota card and the maintenance windows)
     return render_template(
         "dashboard/index.html",
         state=state,
         sessions=sessions,
         other_jobs=other_jobs,
         usage_card=usage_card(state),
-        quota=_quota(user.username),
+        quota=_quota(user.username, reservations),
         storage_quota=storage.quota_view(user.username),
         news=latest_news(),
-        maintenance=maintenance_shown(),
+        maintenance=maintenance_shown(reservations),
         health=health,
         my_nodes=my_nodes,
         watch=any(s["watch"] for s in sessions),
@@ -77,7 +80,7 @@ def index() -> Any:
     )
 
 
-def _quota(username: str) -> dict[str, Any]:
+def _quota(username: str, reservations: ReservationState) -> dict[str, Any]:
     """The quota card: the GPU-hours used (as the worker last read them) and reserved this month, and the policy."""
-    reserved = reserved_gpu_hours(username)
+    reserved = reserved_gpu_hours(username, state=reservations)
     return {**quota_view(username, cached=True), "reserved_gpu_hours": None if reserved is None else round(reserved, 2)}

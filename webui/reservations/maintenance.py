@@ -34,10 +34,10 @@ def upcoming(state: ReservationState, now: dt.datetime) -> list[Reservation]:
     return sorted((r for r in state.reservations if "MAINT" in r.flags and r.end > now), key=lambda r: r.start)
 
 
-def shown(now: dt.datetime | None = None) -> list[Reservation]:
+def shown(state: ReservationState, now: dt.datetime | None = None) -> list[Reservation]:
     """The windows the dashboard announces (those starting within :data:`SHOWN_DAYS`, and any under way)."""
     now = now or dt.datetime.now(dt.UTC)
-    return [w for w in upcoming(slurm_state(), now) if w.start <= now + dt.timedelta(days=SHOWN_DAYS)]
+    return [w for w in upcoming(state, now) if w.start <= now + dt.timedelta(days=SHOWN_DAYS)]
 
 
 def _utc(when: dt.datetime) -> str:

@@ -137,9 +137,13 @@ def own_windows(username: str, state: ReservationState) -> list[Window]:
     return [*held.values(), *not_in_slurm]
 
 
-def reserved_gpu_hours(username: str, now: dt.datetime | None = None) -> float | None:
-    """Reserved GPU-hours this month (held in Slurm or ended, not pending); ``None`` when Slurm cannot say."""
-    state = slurm_state()
+def reserved_gpu_hours(
+    username: str, now: dt.datetime | None = None, state: ReservationState | None = None
+) -> float | None:
+    """Reserved GPU-hours this month (held in Slurm or ended, not pending); ``None`` when Slurm cannot say.
+    ``state``: Slurm's reservations as the page already read them (one read per page: under a slurmctld outage each
+    read may wait for slurmrestd's timeout)."""
+    state = state or slurm_state()
     if state.error and not state.fetched_at:
         return None
     now = now or utcnow()

@@ -55,11 +55,15 @@ def claimed(username: str, max_sessions: int, count_active: Callable[[], int]) -
     """
     lock_user(username)
     now = utcnow()
-    db.session.execute(
-        delete(SessionStart).where(
-            SessionStart.owner == username, SessionStart.created_at < now - dt.timedelta(seconds=CLAIM_SECONDS)
-        )
+    # Stale claims are found by a plain read and deleted by primary key: a DELETE ... WHERE owner= would lock the
+    # owner index's range, and a concurrent start settling its own claim (deleted by id, in the transaction that
+    # records its session) locks the same entries the other way round: InnoDB found that deadlock in CI (1213).
+    stale = select(SessionStart.id).where(
+        SessionStart.owner == username, SessionStart.created_at < now - dt.timedelta(seconds=CLAIM_SECONDS)
     )
+    stale_ids = list(db.session.scalars(stale))
+    if stale_ids:
+        db.session.execute(delete(SessionStart).where(SessionStart.id.in_(stale_ids)))
     starting = db.session.scalar(select(func.count()).select_from(SessionStart).where(SessionStart.owner == username))
     active = count_active() + (starting or 0)
     if active >= max_sessions:

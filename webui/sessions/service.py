@@ -8,7 +8,9 @@ the Slurm admin identity for an admin.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 
@@ -246,34 +248,37 @@ def _submit_and_record(
             job_id = current_scheduler().submit(spec, secret)
         except SessionInvalid as exc:
             raise forms.FieldError(exc.field, exc.message) from exc
-        record = PortalSession(
-            job_id=job_id,
-            owner=spec.user,
-            app=spec.app,
-            image=image_name,
-            gpus=spec.gpus,
-            partition=spec.partition,
-            time_minutes=spec.time_minutes,
-            secret=secret,
-            created_at=utcnow(),
-            reservation=spec.reservation,
-            profile=profile,
-            cpus=spec.cpus,
-            mem_mb=spec.mem_mb,
-        )
-        db.session.add(record)
-        if profile is not None:
-            remember_choice(spec.user, {"profile": profile})  # committed with the record: only a start that worked
-        claim.settle()  # in the record's transaction: from its commit on the session counts itself
-        audit("session.start", str(job_id), app=spec.app, image=image_name, gpus=spec.gpus,
-              partition=spec.partition, nodes=spec.nodes, profile=profile)  # fmt: skip
-        _commit_or_cancel(job_id, spec.user)
+        with _or_cancel(job_id, spec.user):  # recorded with its claim settled, or the job is cancelled again
+            record = PortalSession(
+                job_id=job_id,
+                owner=spec.user,
+                app=spec.app,
+                image=image_name,
+                gpus=spec.gpus,
+                partition=spec.partition,
+                time_minutes=spec.time_minutes,
+                secret=secret,
+                created_at=utcnow(),
+                reservation=spec.reservation,
+                profile=profile,
+                cpus=spec.cpus,
+                mem_mb=spec.mem_mb,
+            )
+            db.session.add(record)
+            if profile is not None:
+                remember_choice(spec.user, {"profile": profile})  # committed with the record: only a start that worked
+            claim.settle()  # in the record's transaction: from its commit on the session counts itself
+            audit("session.start", str(job_id), app=spec.app, image=image_name, gpus=spec.gpus,
+                  partition=spec.partition, nodes=spec.nodes, profile=profile)  # fmt: skip
+            db.session.commit()
     return record
 
 
-def _commit_or_cancel(job_id: int, username: str) -> None:
+@contextlib.contextmanager
+def _or_cancel(job_id: int, username: str) -> Iterator[None]:
+    """Record a submitted job: any failure (a deadlock, the database gone) rolls back and cancels the job."""
     try:
-        db.session.commit()
+        yield
     except Exception:
         db.session.rollback()
         try:  # never leave a job running that nobody can reach or see
