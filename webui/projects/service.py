@@ -34,6 +34,12 @@ class ProjectView:
         return None if self.project.gpu_minutes is None else self.project.gpu_minutes / 60.0
 
     @property
+    def spent(self) -> bool:
+        """The GPU budget for this month is used up (Slurm holds the project's GPU jobs: AssocGrpGRESMinutes)."""
+        budget, used = self.budget_gpu_hours, self.used_gpu_hours
+        return budget is not None and used is not None and used >= budget
+
+    @property
     def percent(self) -> int | None:
         budget, used = self.budget_gpu_hours, self.used_gpu_hours
         return None if used is None or not budget else min(100, round(100 * used / budget))
@@ -167,12 +173,6 @@ def _member_views(username: str) -> list[ProjectView]:
     return [ProjectView(p, _used(p.name, month), False) for p in mine]
 
 
-def spent(view: ProjectView) -> bool:
-    """The project's GPU budget for this month is used up (Slurm holds its GPU jobs: AssocGrpGRESMinutes)."""
-    budget, used = view.budget_gpu_hours, view.used_gpu_hours
-    return budget is not None and used is not None and used >= budget
-
-
 def session_account(username: str, form: Mapping[str, Any], gpus: int) -> str | None:
     """The account a session is charged to: the form's ``project`` (one of the user's projects, else a 400 naming
     it), or ``None`` (the user's default account). A GPU session in a project whose budget is used up is refused
@@ -187,7 +187,7 @@ def session_account(username: str, form: Mapping[str, Any], gpus: int) -> str | 
     view = views.get(name)
     if view is None:
         raise FieldError("project", "is not one of your projects")
-    if gpus > 0 and spent(view):
+    if gpus > 0 and view.spent:
         managers = ", ".join(view.project.managers) or "an administrator"
         raise FieldError(
             "project",
