@@ -114,3 +114,10 @@ def absolute_path(value: str, name: str, label: str) -> str:
 
 def flag(form: Mapping[str, Any], name: str) -> bool:
     return str(form.get(name, "")).lower() in ("1", "on", "true", "yes")
+
+
+def decision(form: Mapping[str, Any]) -> tuple[str, str]:
+    """An administrator's decision on a request: ``action`` approve or decline, and a ``reason`` (required to
+    decline, at most 500 characters)."""
+    action = choice(form, "action", ("approve", "decline"))
+    return action, text(form, "reason", max_len=500, required=action == "decline")

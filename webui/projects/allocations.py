@@ -47,8 +47,8 @@ def decide(admin: CurrentUser, request_id: int, form: Mapping[str, Any]) -> Allo
     row = db.session.get(AllocationRequest, request_id)
     if row is None:
         abort(404)
-    action = forms.choice(form, "action", ("approve", "decline"))
-    reason = forms.text(form, "reason", max_len=500, required=action == "decline").strip()
+    action, reason = forms.decision(form)
+    reason = reason.strip()
     if row.status != PENDING:
         abort(409, description=f"The request is {row.status} already.")
     row.decided_by, row.decided_at = admin.username, utcnow()

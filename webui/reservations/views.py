@@ -206,8 +206,7 @@ def decide(request_id: int) -> Response:
     user = current_user()
     assert user is not None
     row = _row_or_404(request_id)
-    action = forms.choice(request.form, "action", ("approve", "decline"))
-    reason = forms.text(request.form, "reason", max_len=500, required=action == "decline")
+    action, reason = forms.decision(request.form)
     if row.status != svc.PENDING:
         abort(409, description=f"The request is {row.status} already.")
     if action == "approve":
