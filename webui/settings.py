@@ -125,6 +125,8 @@ SESSION_ACCOUNT: str | None = None
 CONTAINER_RUNTIME = "apptainer"
 READINESS_TIMEOUT_SECONDS = 1.0
 READINESS_CACHE_SECONDS = 5.0
+# An owner's click on Connect for a session that looks not ready: one look at its app with this timeout
+CONNECT_PROBE_TIMEOUT_SECONDS = 5.0
 # Admins do not get into a user's IDE through the proxy unless this is True.
 PROXY_ADMIN_ACCESS = False
 # The proxy reaches only a session front that proved it knows the session secret (docs/portal.md, "Session fronts").

@@ -152,9 +152,13 @@ def test_carol_creates_a_project_alice_adds_bob_and_his_plain_sbatch_runs_in_it(
         form = carol.locator("#new-project")
         for field, value in (("name", name), ("description", "e2e vision"), ("gpu_hours", "10"), ("manager", "alice")):
             form.locator(f"input[name={field}]").fill(value)
-        form.get_by_role("button", name="Create project").click()
+        with carol.expect_navigation():
+            form.get_by_role("button", name="Create project").click()
+        said = carol.locator("p.flash").all_inner_texts()
+        assert any(f"Project {name} created" in text for text in said), said  # Slurm's refusal, if it refused
         # each portal worker reads the projects at most every QUOTA_CACHE_SECONDS: the list is read again until then
         goto_until(carol, f"{BASE}/projects/", f'tr[data-project="{name}"]', timeout_s=90)
+        assert carol.locator(f'tr[data-project="{name}"]').count(), carol.locator("main").inner_text()
         assert carol.locator(f'tr[data-project="{name}"] td.budget').inner_text().startswith("10.00")
 
         alice, _ = login(demo, "alice")

@@ -173,10 +173,10 @@ class FakeScheduler:
         ran = [j for j in self.accounting if j.account == account and j.start_time and lo <= j.start_time < hi]
         return sorted(ran, key=lambda j: j.job_id, reverse=True)
 
-    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
+    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False) -> bool:
         return self.app_up
 
-    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str, *, patient: bool = False) -> bool:
         return self.app_up  # tests/webui/test_proxy_endpoint.py challenges real session fronts
 
     def queries_issued(self) -> int:

@@ -156,3 +156,31 @@ def test_connect_looks_again_with_a_fresher_snapshot_before_saying_not_ready(bas
     resp = client.get(f"/sessions/{job_id}/connect")
     assert resp.status_code == 302 and f"/proxy/{job_id}/" in resp.headers["Location"], resp.headers
     assert sched.max_ages == [None, app.config["PROXY_RECHECK_SECONDS"]]
+
+
+class RefusedOnceWorker(FakeScheduler):
+    """A worker whose 1-s challenge of the session's front failed under load (remembered), while another worker
+    already saw the app answer and offered Connect: only a patient look proves it here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: list[bool] = []
+
+    def verify_endpoint(self, endpoint: Any, job_id: int, secret: str, *, patient: bool = False) -> bool:
+        self.looks.append(patient)
+        return patient
+
+
+def test_connect_looks_patiently_at_an_app_this_worker_saw_refuse(base_config: dict[str, Any]) -> None:
+    sched = RefusedOnceWorker()
+    app = make_app({**base_config, "SCHEDULER": sched})
+    client = app.test_client()
+    job_id = add_session(app, sched, "alice", ready=True)
+    log_in_as(app, client, "alice")
+    sched.looks.clear()
+    resp = client.get(f"/sessions/{job_id}/connect")
+    assert resp.status_code == 302 and f"/proxy/{job_id}/" in resp.headers["Location"], resp.headers
+    assert sched.looks == [False, True]
+    sched.looks.clear()
+    views = client.get("/api/sessions").get_json()["sessions"]  # the dashboard's own looks are never patient
+    assert [v["ready"] for v in views] == [False] and True not in sched.looks

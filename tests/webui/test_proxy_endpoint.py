@@ -53,9 +53,9 @@ class VerifyingScheduler(FakeScheduler):
         )
         self.verified: list[tuple[str, int, int]] = []
 
-    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str, *, patient: bool = False) -> bool:
         self.verified.append((endpoint.host, endpoint.port, job_id))
-        return self.real.verify_endpoint(endpoint, job_id, secret)
+        return self.real.verify_endpoint(endpoint, job_id, secret, patient=patient)
 
 
 class ContentHandler(QuietHandler):
@@ -336,3 +336,31 @@ def test_the_portal_port_range_is_the_launchers() -> None:
 
     assert settings.PROXY_PORT_RANGE == front.PORT_RANGE
     assert settings.PROXY_AUTH_CACHE_SECONDS == 300.0  # 5 minutes, never more by default
+
+
+def test_a_refusal_is_remembered_except_by_a_patient_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A challenge that failed (a loaded node, a 1-s timeout) is not repeated for ``probe_cache_seconds``, except by a
+    patient look (an owner's click on Connect): the longer timeout, and what it proves is remembered as usual."""
+    answers, timeouts = [False, True], []
+
+    def challenge(host: str, port: int, job_id: int, secret: str, timeout: float) -> bool:
+        timeouts.append(timeout)
+        return answers.pop(0)
+
+    monkeypatch.setattr("webui.slurm.scheduler.front_verify", challenge)
+    real = SlurmScheduler(
+        None,  # type: ignore[arg-type]  # never asked
+        service_user="carme-portal",
+        cache_seconds=60,
+        quota_cache_seconds=60,
+        app_dirs=(),
+        probe_timeout=1.0,
+        patient_timeout=5.0,
+        probe_cache_seconds=60.0,
+    )
+    ep = Endpoint("127.0.0.1", 40000, "ready")
+    assert not real.verify_endpoint(ep, 7, "s")
+    assert not real.verify_endpoint(ep, 7, "s")  # remembered: no second challenge
+    assert real.verify_endpoint(ep, 7, "s", patient=True)
+    assert real.verify_endpoint(ep, 7, "s")  # the proof is remembered
+    assert timeouts == [1.0, 5.0]

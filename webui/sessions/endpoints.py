@@ -61,9 +61,10 @@ def upstream_headers(secret: str, job_id: int) -> dict[str, str]:
     return front_headers(secret, job_id)
 
 
-def endpoint_ready(ep: Endpoint, job_id: int, secret: str, spec: AppSpec) -> bool:
-    """Proven to be the session's front, and the app behind it answers its readiness path."""
+def endpoint_ready(ep: Endpoint, job_id: int, secret: str, spec: AppSpec, *, patient: bool = False) -> bool:
+    """Proven to be the session's front, and the app behind it answers its readiness path. ``patient``: refusals
+    this worker remembers are set aside and the app gets the longer timeout (an owner's click on Connect)."""
     sched = current_scheduler()
-    if not sched.verify_endpoint(ep, job_id, secret):
+    if not sched.verify_endpoint(ep, job_id, secret, patient=patient):
         return False
-    return sched.app_answers(ep, readiness_path(spec, job_id), upstream_headers(secret, job_id))
+    return sched.app_answers(ep, readiness_path(spec, job_id), upstream_headers(secret, job_id), patient=patient)

@@ -91,14 +91,17 @@ def my_session_views(username: str) -> tuple[ClusterState, list[dict[str, Any]]]
     return state, views
 
 
-def session_views(state: ClusterState, records: list[PortalSession], *, probe: bool = True) -> list[dict[str, Any]]:
+def session_views(
+    state: ClusterState, records: list[PortalSession], *, probe: bool = True, patient: bool = False
+) -> list[dict[str, Any]]:
     """One view per session still to show; sessions whose jobs ended are recorded as ended (committed).
-    ``probe``: ask each running app whether it answers (the owner's pages), else only whether it published "ready"."""
+    ``probe``: ask each running app whether it answers (the owner's pages), else only whether it published "ready";
+    ``patient``: probe with refusals this worker remembers set aside and a longer timeout (a click on Connect)."""
     now = time.time()
     out = []
     changed = False
     for ps in records:
-        view, ended_now = _view_of(state, ps, now, probe)
+        view, ended_now = _view_of(state, ps, now, probe, patient)
         changed = changed or ended_now
         if view is not None:
             out.append(view)
@@ -107,7 +110,9 @@ def session_views(state: ClusterState, records: list[PortalSession], *, probe: b
     return out
 
 
-def _view_of(state: ClusterState, ps: PortalSession, now: float, probe: bool) -> tuple[dict[str, Any] | None, bool]:
+def _view_of(
+    state: ClusterState, ps: PortalSession, now: float, probe: bool, patient: bool = False
+) -> tuple[dict[str, Any] | None, bool]:
     """The session's view (None: not shown), and whether it was ended just now."""
     was_ended = ps.ended_at is not None
     job = job_of(state, ps.job_id, ps.owner)
@@ -121,7 +126,7 @@ def _view_of(state: ClusterState, ps: PortalSession, now: float, probe: bool) ->
         # an ended session stays only while it must explain why, until its owner dismissed it (``end_seen``)
         if job is None or (was_ended and (ps.end_seen or not _ended_to_explain(job))):
             return None, ended_now
-    return _job_view(state, ps, job, now, probe), ended_now
+    return _job_view(state, ps, job, now, probe, patient), ended_now
 
 
 def _record_end(ps: PortalSession, job: Job | None) -> bool:
@@ -136,13 +141,15 @@ def _record_end(ps: PortalSession, job: Job | None) -> bool:
     return True
 
 
-def _job_view(state: ClusterState, ps: PortalSession, job: Job, now: float, probe: bool) -> dict[str, Any]:
+def _job_view(
+    state: ClusterState, ps: PortalSession, job: Job, now: float, probe: bool, patient: bool = False
+) -> dict[str, Any]:
     ready = False
     spec = app_spec(ps.app)
     lost = _lost_nodes(state, job) if job.state == "RUNNING" else []
     if job.state == "RUNNING" and spec is not None and not lost:
         ep = valid_endpoint(state, job)
-        ready = ep is not None and (not probe or endpoint_ready(ep, ps.job_id, ps.secret, spec))
+        ready = ep is not None and (not probe or endpoint_ready(ep, ps.job_id, ps.secret, spec, patient=patient))
     young = now - ps.created_at.timestamp() < STARTING_WINDOW_SECONDS
     # running, its app not yet ready: shown from fresh state; pending: the dashboard watches for it to run
     starting = young and not ready and job.state == "RUNNING" and not lost and not _launch_failed(job)

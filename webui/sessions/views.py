@@ -151,11 +151,11 @@ def connect(job_id: str) -> Response:
     state = sched.state()
     views = session_views(state, [record])
     if not views or not views[0]["ready"]:
-        # Another worker (its own snapshot) may have offered this Connect already: look again with a fresher one
-        # before refusing, at most one query per PROXY_RECHECK_SECONDS per worker (as the proxy does).
+        # Another worker (its own snapshot, its own probes) may have offered this Connect already: look again with a
+        # fresher snapshot (at most one query per PROXY_RECHECK_SECONDS per worker, as the proxy does) and a patient
+        # probe of the app (a 1-s probe that failed under load is remembered by this worker) before refusing.
         fresh = sched.state(max_age=float(current_app.config["PROXY_RECHECK_SECONDS"]))
-        if fresh is not state:
-            views = session_views(fresh, [record])
+        views = session_views(fresh, [record], patient=True)
     if not views or not views[0]["ready"]:
         flash(f"Session {jid} is not ready yet.")
         return redirect(url_for("dashboard.index"))

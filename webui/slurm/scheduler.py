@@ -74,10 +74,13 @@ class Scheduler(Protocol):
         rule), newest first; :class:`SlurmError` if unreadable."""
         ...
 
-    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool: ...
+    def app_answers(
+        self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False
+    ) -> bool: ...
 
-    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
-        """True when ``endpoint`` proves it is job ``job_id``'s session front (HMAC challenge with ``secret``)."""
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str, *, patient: bool = False) -> bool:
+        """True when ``endpoint`` proves it is job ``job_id``'s session front (HMAC challenge with ``secret``).
+        ``patient``: a refusal this worker remembers is set aside and the front is given ``patient_timeout``."""
         ...
 
     def queries_issued(self) -> int: ...
@@ -115,6 +118,7 @@ class SlurmScheduler:
         app_dirs: Sequence[str],
         associations_cache_seconds: float = 300.0,
         probe_timeout: float = 1.0,
+        patient_timeout: float = 5.0,
         probe_cache_seconds: float = 5.0,
         verify_cache_seconds: float = 60.0,
         share_file: str | None = None,
@@ -123,6 +127,7 @@ class SlurmScheduler:
         self.service_user = service_user
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
+        self.patient_timeout = patient_timeout
         # Each gunicorn worker has its own snapshot; a worker that has not looked for a while would, during a
         # scheduler outage, know nothing of the sessions started since (and refuse their proxy). Every good fetch is
         # also written to ``share_file`` (a directory only the portal's user can reach), and a failed refresh falls
@@ -250,26 +255,29 @@ class SlurmScheduler:
     def _all_associations(self) -> dict[str, frozenset[str]]:
         return _accounts_by_user(self.client.associations(self.service_user))
 
-    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str]) -> bool:
+    def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False) -> bool:
         key = (endpoint.host, endpoint.port, path)
         hit, value = self._probes.get(key)
         if hit and value:
             return True
-        ok = probe_http(endpoint, path, headers, self.probe_timeout)
+        ok = probe_http(endpoint, path, headers, self.patient_timeout if patient else self.probe_timeout)
         self._probes.put(key, ok)
         return ok
 
-    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str) -> bool:
+    def verify_endpoint(self, endpoint: Endpoint, job_id: int, secret: str, *, patient: bool = False) -> bool:
         """Challenge the endpoint (carme_runtime.front); a proof is kept ``verify_cache_seconds``, a refusal
         ``probe_cache_seconds`` (a comment pointing at nothing must not cost a probe per proxied request).
+        ``patient`` (an owner's click on Connect): a remembered refusal is set aside, and the front gets
+        ``patient_timeout`` instead of ``probe_timeout`` (on a loaded node a 1-s challenge can fail).
 
         The key holds the secret's digest: a cached proof is only ever used for the same session.
         """
         key = (job_id, endpoint.host, endpoint.port, token_hash(secret))
         hit, value = self._verified.get(key)
-        if hit:
+        if hit and (value or not patient):
             return bool(value)
-        ok = front_verify(endpoint.host, endpoint.port, job_id, secret, self.probe_timeout)
+        timeout = self.patient_timeout if patient else self.probe_timeout
+        ok = front_verify(endpoint.host, endpoint.port, job_id, secret, timeout)
         self._verified.put(key, ok, None if ok else self.probe_cache_seconds)
         return ok
 
@@ -334,6 +342,7 @@ def from_config(config: Mapping[str, Any]) -> Scheduler:
         associations_cache_seconds=float(config.get("QUOTA_ASSOCIATIONS_CACHE_SECONDS", 300.0)),
         app_dirs=tuple(config["CARME_APP_DIRS"]),
         probe_timeout=float(config["READINESS_TIMEOUT_SECONDS"]),
+        patient_timeout=float(config.get("CONNECT_PROBE_TIMEOUT_SECONDS", 5.0)),
         probe_cache_seconds=float(config["READINESS_CACHE_SECONDS"]),
         verify_cache_seconds=float(config.get("PROXY_VERIFY_CACHE_SECONDS", 60.0)),
         share_file=shared_state_file(config),
