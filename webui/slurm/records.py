@@ -41,6 +41,7 @@ def parse_job(raw: Mapping[str, Any]) -> Job:
         time_limit_minutes=rec["time_limit"],
         comment=rec["comment"],
         reason=rec["state_reason"],
+        account=rec["account"],
     )
 
 

@@ -36,6 +36,7 @@ class Job:
     time_limit_minutes: int = 0
     comment: str = ""
     reason: str = ""
+    account: str = ""  # the Slurm account (project) it runs in
 
     @property
     def active(self) -> bool:
