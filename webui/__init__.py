@@ -149,6 +149,7 @@ def register_blueprints(app: Flask) -> None:
     from webui.auth.views import bp as auth_bp
     from webui.dashboard.views import bp as dashboard_bp
     from webui.history.views import bp as history_bp
+    from webui.notifications.views import bp as notifications_bp
     from webui.projects.views import bp as projects_bp
     from webui.reservations.views import bp as reservations_bp
     from webui.sessions.views import bp as sessions_bp
@@ -161,6 +162,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(reservations_bp)
     app.register_blueprint(history_bp)
     app.register_blueprint(projects_bp)
+    app.register_blueprint(notifications_bp)
 
 
 def register_fetch_metadata_policy(app: Flask) -> None:

@@ -181,3 +181,15 @@ ZABBIX_PASSWORD: str | None = None
 ZABBIX_CA_FILE: str | None = None  # the frontend's certificate (self-signed) or its CA; None: the system trust store
 ZABBIX_TIMEOUT_SECONDS = 5
 ZABBIX_CACHE_SECONDS = 30  # one host.get per this many seconds and worker, shared by every user
+
+# --- Notifications (issue 31; webui/notifications, docs/portal.md "Notifications") ----------------------------------
+# The SMTP relay notifications are mailed through, "host:port" (port 25 if left out); "": shown in the portal only.
+MAIL_RELAY = ""
+MAIL_FROM = "carme@localhost"
+MAIL_STARTTLS = False  # upgrade the relay connection with STARTTLS (certificate checked against MAIL_CA_FILE)
+MAIL_CA_FILE: str | None = None  # None: the system trust store
+MAIL_TIMEOUT_SECONDS = 10.0
+# A user's address: this attribute of their LDAP entry (read as LDAP_BIND_DN, or anonymously); "": not asked ...
+MAIL_LDAP_ATTRIBUTE = "mail"
+MAIL_DOMAIN = ""  # ... else user@MAIL_DOMAIN; "": no mail for a user without an address in LDAP
+MAIL_RETRY_HOURS = 24.0  # a notification the relay did not take is tried again at each check, this long

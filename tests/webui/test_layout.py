@@ -24,6 +24,7 @@ PACKAGES = {
     "dashboard",
     "history",
     "monitoring",
+    "notifications",
     "projects",
     "quota",
     "reservations",

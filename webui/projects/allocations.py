@@ -17,6 +17,7 @@ from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.models import AllocationRequest
 from webui.models import utcnow
+from webui.notifications.events import allocation_decided
 from webui.projects import accounting
 from webui.projects.manage import MAX_GPU_HOURS
 from webui.projects.manage import backend
@@ -61,6 +62,7 @@ def decide(admin: CurrentUser, request_id: int, form: Mapping[str, Any]) -> Allo
         except SlurmError as exc:
             row.status, row.reason = FAILED, str(exc)
     audit(f"allocation.{row.status}", row.project, request=row.id, gpu_hours=row.gpu_hours)
+    allocation_decided(row)
     db.session.commit()
     current_scheduler().projects(max_age=0)
     return row
