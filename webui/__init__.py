@@ -153,6 +153,7 @@ def register_blueprints(app: Flask) -> None:
     from webui.projects.views import bp as projects_bp
     from webui.reservations.views import bp as reservations_bp
     from webui.sessions.views import bp as sessions_bp
+    from webui.utilisation.views import bp as utilisation_bp
 
     app.register_blueprint(auth_bp)
     app.register_blueprint(dashboard_bp)
@@ -162,6 +163,7 @@ def register_blueprints(app: Flask) -> None:
     app.register_blueprint(reservations_bp)
     app.register_blueprint(history_bp)
     app.register_blueprint(projects_bp)
+    app.register_blueprint(utilisation_bp)
     app.register_blueprint(notifications_bp)
 
 
@@ -267,8 +269,10 @@ def register_error_handlers(app: Flask) -> None:
 
 def register_commands(app: Flask) -> None:
     from webui.admin.commands import register
+    from webui.utilisation.tick import register as register_tick
 
     register(app)
+    register_tick(app)
 
 
 def register_template_helpers(app: Flask) -> None:

@@ -311,6 +311,3 @@ __all__ = [
     "SessionStart",
     "User",
 ]
-
-# The feature packages' models, so that this metadata (Alembic's, the tests') holds every table.
-from webui.utilisation import models as _utilisation_models  # noqa: E402,F401

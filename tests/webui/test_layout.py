@@ -30,6 +30,7 @@ PACKAGES = {
     "reservations",
     "sessions",
     "slurm",
+    "utilisation",
 }
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
