@@ -19,7 +19,7 @@ from tests.roles.harness import render
 
 GOLDEN = Path(__file__).parent / "golden" / "demo" / "carme_webui"
 PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render_webui.yml"
-FILES = ("carme-webui.service", "carme-webui.socket")
+FILES = ("carme-webui.service", "carme-webui.socket", "carme-webui-tick.service", "carme-webui-tick.timer")
 
 
 def render_units(out: Path, variables: Mapping[str, object] | None = None) -> Path:
