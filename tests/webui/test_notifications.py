@@ -205,3 +205,27 @@ def test_a_refusing_relay_is_retried_by_the_next_check(
     check(mail_app)
     assert [m.recipients for m in smtp.mails] == [["bob@example.org"]]
     assert rows(mail_app)[0].mail_state == "sent"
+
+
+def test_the_address_is_the_ldap_mail_else_the_mail_domain(base_config: dict[str, Any], slapd_server: Any) -> None:
+    import ldap3  # type: ignore[import-untyped]
+
+    from webui.notifications.mail import address_of
+
+    alice = f"uid=alice,ou=people,{slapd_server.base_dn}"
+    root = ldap3.Connection(slapd_server.uri, slapd_server.root_dn, slapd_server.root_password, auto_bind=True)
+    root.modify(alice, {"mail": [(ldap3.MODIFY_REPLACE, ["alice@lab.example"])]})
+    try:
+        config = {
+            **base_config,
+            **slapd_server.portal_config(),
+            "LDAP_BIND_DN": slapd_server.root_dn,
+            "LDAP_BIND_PASSWORD": slapd_server.root_password,
+            "MAIL_LDAP_ATTRIBUTE": "mail",
+        }
+        assert address_of(config, "alice") == "alice@lab.example"
+        assert address_of(config, "bob") is None  # no mail in LDAP, no MAIL_DOMAIN
+        assert address_of({**config, "MAIL_DOMAIN": "example.org"}, "bob") == "bob@example.org"
+    finally:
+        root.modify(alice, {"mail": [(ldap3.MODIFY_DELETE, [])]})
+        root.unbind()

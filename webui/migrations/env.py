@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+import webui.notifications.models
 import webui.utilisation.models  # noqa: F401 - the feature packages' tables join Base.metadata
 from webui.models import Base
 

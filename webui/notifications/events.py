@@ -45,7 +45,7 @@ def budget_reached(view: ProjectView, month: str) -> int:
         return 0
     name = view.project.name
     people = {*view.project.managers, *view.project.members}
-    body = f"{used:.1f} of {budget:.1f} GPU-hours used in {month}."
+    body = f"{used:.2f} of {budget:.2f} GPU-hours used in {month}."
     added = 0
     for threshold in BUDGET_THRESHOLDS:
         if used < budget * threshold / 100:

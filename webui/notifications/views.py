@@ -19,7 +19,10 @@ from webui.auth.access import login_required
 from webui.auth.logins import current_user
 from webui.auth.logins import logged_in
 from webui.models import ROW_ID
+from webui.models import AllocationRequest
+from webui.notifications import events
 from webui.notifications import service
+from webui.projects import allocations
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
 
@@ -58,3 +61,9 @@ def unread_notifications() -> dict[str, Any]:
         return {"items": [], "count": 0}
     items = [n for n in service.notifications_of(user.username, limit=PANEL_SHOWN) if n.read_at is None]
     return {"items": items, "count": service.unread_count(user.username)}
+
+
+@allocations.DECIDED.connect
+def _allocation_decided(row: AllocationRequest) -> None:
+    """The requester of a decided allocation request is told, in the decision's transaction."""
+    events.allocation_decided(row)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from blinker import Namespace
 from flask import abort
 from sqlalchemy import select
 
@@ -17,7 +18,6 @@ from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.models import AllocationRequest
 from webui.models import utcnow
-from webui.notifications.events import allocation_decided
 from webui.projects import accounting
 from webui.projects.manage import MAX_GPU_HOURS
 from webui.projects.manage import backend
@@ -26,6 +26,8 @@ from webui.slurm.errors import SlurmError
 from webui.slurm.scheduler import current_scheduler
 
 PENDING, APPROVED, DECLINED, FAILED = "pending", "approved", "declined", "failed"
+#: sent with each decided request before the decision is committed (webui.notifications tells the requester)
+DECIDED = Namespace().signal("allocation-decided")
 
 
 def request_allocation(user: CurrentUser, name: str, form: Mapping[str, Any]) -> AllocationRequest:
@@ -62,7 +64,7 @@ def decide(admin: CurrentUser, request_id: int, form: Mapping[str, Any]) -> Allo
         except SlurmError as exc:
             row.status, row.reason = FAILED, str(exc)
     audit(f"allocation.{row.status}", row.project, request=row.id, gpu_hours=row.gpu_hours)
-    allocation_decided(row)
+    DECIDED.send(row)
     db.session.commit()
     current_scheduler().projects(max_age=0)
     return row
