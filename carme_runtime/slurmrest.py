@@ -222,14 +222,44 @@ def account_record(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def association_record(raw: Mapping[str, Any]) -> dict[str, Any]:
     """An association (``GET /slurmdb/.../associations``): ``user`` "" for the account's own; ``grp_tres_minutes``
-    its GrpTRESMins as ``{"gres/gpu": minutes, ...}`` (the same shape from v0.0.38 on)."""
-    minutes = _sub(_sub(_sub(raw, "max"), "tres"), "group").get("minutes")
-    tres = [t for t in (minutes if isinstance(minutes, list) else []) if isinstance(t, dict)]
+    its GrpTRESMins as ``{"gres/gpu": minutes, ...}`` (the same shape from v0.0.38 on); the limits a job meets
+    (``grp_tres`` GrpTRES, ``max_tres_per_job`` MaxTRESPerJob, ``max_jobs`` MaxJobs, ``max_submit_jobs``
+    MaxSubmitJobs, ``max_wall`` MaxWallDurationPerJob in minutes; :data:`INFINITE` where unset)."""
+    limits, tres = _sub(raw, "max"), _sub(_sub(raw, "max"), "tres")
+    jobs = _sub(limits, "jobs")
     return {
         "account": _text(raw.get("account")),
         "user": _text(raw.get("user")),
-        "grp_tres_minutes": {_tres_key(t): number(t.get("count")) for t in tres},
+        "parent_account": _text(raw.get("parent_account")),
+        "is_default": bool(raw.get("is_default")),
+        "default_qos": _text(_sub(raw, "default").get("qos")),
+        "grp_tres_minutes": tres_counts(_sub(tres, "group").get("minutes")),
+        "grp_tres": tres_counts(tres.get("total")),
+        "max_tres_per_job": tres_counts(_sub(tres, "per").get("job")),
+        "max_jobs": number(jobs.get("active"), INFINITE),
+        "max_submit_jobs": number(jobs.get("total"), INFINITE),
+        "max_wall": number(_sub(jobs, "per").get("wall_clock"), INFINITE),
     }
+
+
+def qos_record(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A QOS (``GET /slurmdb/.../qos``): ``max_wall`` MaxWall in minutes, ``max_tres_per_job`` MaxTRESPerJob,
+    ``max_tres_per_user`` MaxTRESPerUser, ``max_jobs_per_user`` MaxJobsPerUser (:data:`INFINITE` where unset)."""
+    limits = _sub(_sub(raw, "limits"), "max")
+    per = _sub(_sub(limits, "tres"), "per")
+    return {
+        "name": _text(raw.get("name")),
+        "max_wall": number(_sub(_sub(limits, "wall_clock"), "per").get("job"), INFINITE),
+        "max_tres_per_job": tres_counts(per.get("job")),
+        "max_tres_per_user": tres_counts(per.get("user")),
+        "max_jobs_per_user": number(_sub(_sub(_sub(limits, "jobs"), "active_jobs"), "per").get("user"), INFINITE),
+    }
+
+
+def tres_counts(items: Any) -> dict[str, int]:
+    """A TRES list ``[{"type": "gres", "name": "gpu", "count": n}, ...]`` as ``{"gres/gpu": n}``."""
+    tres = [t for t in (items if isinstance(items, list) else []) if isinstance(t, dict)]
+    return {_tres_key(t): number(t.get("count"), INFINITE) for t in tres}
 
 
 def _tres_key(tres: Mapping[str, Any]) -> str:

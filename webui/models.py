@@ -14,12 +14,10 @@ from sqlalchemy import JSON
 from sqlalchemy import BigInteger
 from sqlalchemy import Boolean
 from sqlalchemy import DateTime
-from sqlalchemy import Float
 from sqlalchemy import Index
 from sqlalchemy import Integer
 from sqlalchemy import String
 from sqlalchemy import Text
-from sqlalchemy import UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.orm import Mapped
 from sqlalchemy.orm import mapped_column
@@ -216,20 +214,6 @@ class SessionProfile(Base):
     source: Mapped[str] = mapped_column(String(16), nullable=False, default="portal")
 
 
-class QuotaPolicy(Base):
-    """GPU limits. The row with ``username`` NULL is the default for everyone."""
-
-    __tablename__ = "quota_policy"
-    __table_args__ = (UniqueConstraint("username", name="uq_quota_policy_username"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    username: Mapped[str | None] = mapped_column(String(64))
-    gpu_hours_per_month: Mapped[float] = mapped_column(Float, nullable=False)
-    max_gpus_per_session: Mapped[int] = mapped_column(Integer, nullable=False)
-    max_sessions: Mapped[int] = mapped_column(Integer, nullable=False)
-    max_time_minutes: Mapped[int] = mapped_column(Integer, nullable=False)
-
-
 class AllocationRequest(Base):
     """A project manager's request for another monthly GPU budget of a project the portal owns, and the decision
     (issue 31). Approved, the budget is set in Slurm (the account's GrpTRESMins); every decision is also audited."""
@@ -305,7 +289,6 @@ __all__ = [
     "LoginAttempt",
     "News",
     "PortalSession",
-    "QuotaPolicy",
     "ReservationRequest",
     "SessionProfile",
     "SessionStart",

@@ -144,12 +144,6 @@ APP_TICKET_SECONDS = 60.0  # how long a Connect ticket may take to reach the app
 # a page on the apps' origin (same site, other origin) cannot make the user's browser call the portal.
 FETCH_METADATA_POLICY = True
 
-# --- Quota defaults (used until an admin saves a default policy row) -------------
-QUOTA_DEFAULT_GPU_HOURS_PER_MONTH = 500.0
-QUOTA_DEFAULT_MAX_GPUS_PER_SESSION = 4
-QUOTA_DEFAULT_MAX_SESSIONS = 2
-QUOTA_DEFAULT_MAX_TIME_MINUTES = 12 * 60
-
 # --- Storage (webui/sessions/storage.py) ----------------------------------------------
 # Datasets shown in the start form: [{"name", "path", "readonly", "description"}] (the inventory's carme_datasets).
 DATASETS: tuple[dict[str, object], ...] = ()

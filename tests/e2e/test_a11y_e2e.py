@@ -35,7 +35,6 @@ ADMIN_PAGES = (
     "/admin/users",
     "/admin/health",
     "/admin/images",
-    "/admin/quota",
     "/admin/news",
     "/admin/audit",
     "/reservations/admin",

@@ -164,19 +164,18 @@ def test_concurrent_session_starts_stay_within_the_session_limit(demo: Demo) -> 
         first = start_jupyterlab(page, time_minutes=10)
         wait_session_ready(page.context.request, first)
         body = json.dumps({"app": "jupyterlab", "image": "jupyter", "gpus": 0, "time_minutes": 10}).encode()
-        answers = post_at_once(page.context, "/api/sessions", body, "application/json", 3)
+        # one more than Slurm's MaxJobs leaves room for (the demo's association: 4, slurm.yml) beside the running one
+        answers = post_at_once(page.context, "/api/sessions", body, "application/json", 4)
         accepted = [a for a in answers if a[0] == 201]
         refused = [a for a in answers if a[0] != 201]
-        assert len(accepted) <= 1, (
-            f"{len(accepted)} of 3 concurrent starts accepted beside a running session: {answers}"
-        )
+        assert refused, f"4 concurrent starts all accepted beside a running session: {answers}"
         limits = set()
         for status, text in refused:
             named = re.search(r"the limit is (\d+)", text)
             assert 400 <= status < 500 and named, f"a refused start does not name the limit: {status} {text[:300]}"
             limits.add(int(named.group(1)))
         assert len(limits) <= 1, f"the refusals name different limits: {answers}"
-        limit = limits.pop() if limits else 2  # the demo's policy: 2 sessions per user
+        limit = limits.pop() if limits else 4  # the demo's MaxJobs per user, in Slurm
         queued = jobs_of("alice")
         assert len(queued) <= limit, f"squeue holds {len(queued)} jobs of alice's (limit {limit}): {queued}"
         assert 1 + len(accepted) <= limit, answers

@@ -41,7 +41,7 @@ from tests.fixtures.demo import wait_gone
 pytestmark = pytest.mark.e2e
 
 HOSTILE = 'it\'s "quoted" $(touch /tmp/carme-pwned); `touch /tmp/carme-pwned` ; echo done'
-ADMIN_PAGES = ("/admin/", "/admin/news", "/admin/images", "/admin/quota", "/admin/users", "/admin/audit")
+ADMIN_PAGES = ("/admin/", "/admin/news", "/admin/images", "/admin/users", "/admin/audit")
 
 
 def pwned() -> bool:

@@ -30,6 +30,7 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.roles.harness import ModuleRun
 from tests.roles.harness import run_module
+from webui.quota.limits import limits_of
 from webui.slurm.client import SlurmClient
 from webui.slurm.jwt_tokens import TokenSource
 from webui.slurm.scheduler import SlurmScheduler
@@ -241,3 +242,19 @@ def test_the_portal_reads_gpu_hours_through_this_slurmrestd(policy: HostSlurm) -
     used = scheduler.gpu_hours_used(USER, since)
     assert used is not None and used >= 65 / 3600, used  # the budget test's 65 s on 1 GPU, at least
     assert client.account_jobs(USER, [ACCOUNT], int(datetime.now().timestamp()) + 86400) == []  # "Nothing found"
+
+
+def test_the_portal_reads_the_limits_through_this_slurmrestd(cluster: HostSlurm) -> None:
+    """Issue 31: what the portal shows and checks is what the module put into Slurm, read through slurmrestd."""
+    client = SlurmClient(cluster.restd_url, TokenSource(str(cluster.jwt_key)))
+    scheduler = SlurmScheduler(client, service_user=USER, cache_seconds=1, quota_cache_seconds=1, app_dirs=())
+    mine = [a for a in scheduler.associations_of(USER) if a.user == USER]
+    assert [(a.account, a.gpus_total, a.max_jobs, a.gpu_minutes) for a in mine] == [(ACCOUNT, 2, 2, 100000)], mine
+    assert mine[0].is_default and mine[0].default_qos == BATCH, mine  # the association a session is charged to
+    qos = scheduler.qos_limits()
+    assert (qos[INTER].gpus_per_user, qos[INTER].max_wall_minutes, qos[BATCH].gpus_per_user) == (1, 30, 2), qos
+    limits = limits_of(USER, scheduler.associations_of(USER), qos, INTER)
+    assert limits.gpus_per_session.slurm == f"QOS {INTER} MaxTRESPerUser=gres/gpu=1"
+    assert limits.time_minutes.slurm == f"QOS {INTER} MaxWall=30"
+    assert limits.sessions.slurm == f"association {USER}@{ACCOUNT} MaxJobs=2"
+    assert limits.gpu_minutes.slurm == f"association {USER}@{ACCOUNT} GrpTRESMins=gres/gpu=100000"

@@ -40,6 +40,9 @@ from webui.reservations.slurm import ReservationState
 from webui.reservations.slurm import maintenance_argv
 from webui.reservations.slurm import reserves_gpus
 from webui.slurm.errors import SlurmError
+from webui.slurm.limits import AssocLimits
+from webui.slurm.limits import QosLimits
+from webui.slurm.limits import relevant
 from webui.slurm.records import AccountJob
 from webui.slurm.records import SlurmProject
 from webui.slurm.session_spec import SessionSpec
@@ -173,6 +176,20 @@ class FakeScheduler:
         ran = [j for j in self.accounting if j.account == account and j.start_time and lo <= j.start_time < hi]
         return sorted(ran, key=lambda j: j.job_id, reverse=True)
 
+    #: Slurm's association and QOS records with their limits (tests set them per instance: set_slurm_limits)
+    association_list: tuple[AssocLimits, ...] = ()
+    qos_list: tuple[QosLimits, ...] = ()
+
+    def associations_of(self, user: str) -> list[AssocLimits]:
+        if self.error:
+            raise SlurmError(self.error)
+        return relevant(self.association_list, user)
+
+    def qos_limits(self) -> dict[str, QosLimits]:
+        if self.error:
+            raise SlurmError(self.error)
+        return {q.name: q for q in self.qos_list}
+
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False) -> bool:
         return self.app_up
 
@@ -181,6 +198,13 @@ class FakeScheduler:
 
     def queries_issued(self) -> int:
         return self.queries
+
+
+def set_slurm_limits(sched: FakeScheduler, user: str, account: str = "research", **limits: int | None) -> None:
+    """Give ``user`` an association in ``account`` with ``limits`` (fields of AssocLimits: gpus_per_job, max_jobs,
+    gpu_minutes, max_wall_minutes, gpus_total), replacing their earlier one there, as the inventory would in Slurm."""
+    kept = tuple(a for a in sched.association_list if not (a.user == user and a.account == account))
+    sched.association_list = (*kept, AssocLimits(account=account, user=user, is_default=True, **limits))  # type: ignore[arg-type]
 
 
 @pytest.fixture

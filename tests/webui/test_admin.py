@@ -13,11 +13,13 @@ from webui.extensions import db
 from webui.models import AuditLog
 from webui.models import ImageCatalog
 from webui.models import News
-from webui.models import QuotaPolicy
+from webui.slurm.limits import QosLimits
 
 from .conftest import SPECIAL
+from .conftest import FakeScheduler
 from .conftest import log_in_as
 from .conftest import post
+from .conftest import set_slurm_limits
 
 
 def escape_str(text: str) -> str:
@@ -25,14 +27,12 @@ def escape_str(text: str) -> str:
     return str(escape(text))
 
 
-ADMIN_GETS = ["/admin/", "/admin/news", "/admin/images", "/admin/quota", "/admin/users", "/admin/audit"]
+ADMIN_GETS = ["/admin/", "/admin/news", "/admin/images", "/admin/users", "/admin/audit"]
 ADMIN_POSTS = [
     "/admin/news",
     "/admin/news/1/delete",
     "/admin/images",
     "/admin/images/1/toggle",
-    "/admin/quota",
-    "/admin/quota/1/delete",
     "/admin/users/alice/totp-reset",
     "/admin/users/alice/unlock",
     "/admin/sessions/1/stop",
@@ -107,27 +107,26 @@ def test_image_catalogue_with_special_description(app: Flask, client: Any) -> No
     assert bad.status_code == 400 and "allowed_apps:" in bad.get_data(as_text=True)
 
 
-def test_quota_policy_is_enforced_and_audited(app: Flask, client: Any) -> None:
+def test_there_is_no_quota_policy_to_edit_slurm_limits_are_enforced(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler
+) -> None:
+    """Issue 31: the portal's own quota policy is gone; the start is refused with Slurm's figure and its record."""
     log_in_as(app, client, "carol", admin=True)
-    data = {
-        "username": "alice",
-        "gpu_hours_per_month": "10",
-        "max_gpus_per_session": "1",
-        "max_sessions": "1",
-        "max_time_minutes": "30",
-    }
-    assert post(client, "/admin/quota", data).status_code == 302
-    bad = post(client, "/admin/quota", {**data, "max_gpus_per_session": "-3"})
-    assert bad.status_code == 400 and "max_gpus_per_session" in bad.get_data(as_text=True)
-    with app.app_context():
-        assert db.session.query(QuotaPolicy).filter_by(username="alice").one().max_gpus_per_session == 1
-        assert db.session.query(AuditLog).filter_by(action="admin.quota.save", target="alice").count() == 1
+    assert client.get("/admin/quota").status_code == 404
+    assert post(client, "/admin/quota", {"username": "alice", "max_gpus_per_session": "9"}).status_code == 404
+    set_slurm_limits(fake_scheduler, "alice", gpus_per_job=1, max_wall_minutes=30)
+    fake_scheduler.qos_list = (QosLimits("interactive", max_wall_minutes=20),)
+    app.config["SESSION_QOS"] = "interactive"
     log_in_as(app, client, "alice")
-    form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
+    form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "20"}
     resp = post(client, "/sessions/new", form)
-    assert resp.status_code == 400 and "GPUs: must be between 0 and 1" in resp.get_data(as_text=True)
-    resp = post(client, "/sessions/new", {**form, "gpus": "1", "time_minutes": "31"})
-    assert resp.status_code == 400 and "Time (minutes)" in resp.get_data(as_text=True)
+    said = resp.get_data(as_text=True)
+    assert resp.status_code == 400 and "GPUs: 2 per node on 1 nodes is more than the 1 GPUs" in said
+    assert "Slurm: association alice@research MaxTRESPerJob=gres/gpu=1" in said
+    resp = post(client, "/sessions/new", {**form, "gpus": "1", "time_minutes": "21"})
+    said = resp.get_data(as_text=True)  # the QOS's MaxWall comes before the association's (Slurm's order)
+    assert resp.status_code == 400 and "must be at most 20 minutes (Slurm: QOS interactive MaxWall=20)" in said
+    assert fake_scheduler.submitted == []
 
 
 def test_unlock_is_audited(app: Flask, client: Any) -> None:

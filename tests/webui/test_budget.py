@@ -24,6 +24,7 @@ from webui.slurm.errors import SlurmError
 from webui.slurm.jwt_tokens import TokenSource
 
 from .conftest import FakeScheduler
+from .conftest import set_slurm_limits
 
 
 class RecordingClient(SlurmClient):
@@ -70,6 +71,7 @@ def test_an_unknown_usage_is_cached_briefly_and_refuses_gpu_sessions(
         return None
 
     monkeypatch.setattr(fake_scheduler, "gpu_hours_used", unknown)
+    set_slurm_limits(fake_scheduler, "alice", gpu_minutes=6000)  # a GPU budget in Slurm: the start checks it
     with app.test_request_context("/"):
         for _ in range(5):
             assert quota_view("alice", cached=True)["used_gpu_hours"] is None

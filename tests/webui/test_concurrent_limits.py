@@ -28,6 +28,7 @@ from .conftest import FakeScheduler
 from .conftest import add_session
 from .conftest import csrf_token
 from .conftest import log_in_as
+from .conftest import set_slurm_limits
 from .test_reservations import form as reservation_form
 from .test_reservations import tomorrow
 
@@ -86,11 +87,17 @@ def serialised(fake: FakeScheduler, monkeypatch: pytest.MonkeyPatch, delay: floa
 # --- item 7: the session limit ---------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def two_jobs_in_slurm(fake_scheduler: FakeScheduler) -> None:
+    """alice's association holds her at 2 running jobs (MaxJobs=2): the portal's session limit (issue 31)."""
+    set_slurm_limits(fake_scheduler, "alice", max_jobs=2)
+
+
 @pytest.mark.parametrize("url", ["/api/sessions", "/sessions/new"])
 def test_concurrent_starts_stay_within_the_session_limit(
     app: Flask, fake_scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch, url: str
 ) -> None:
-    add_session(app, fake_scheduler, "alice")  # one running; the default policy allows 2
+    add_session(app, fake_scheduler, "alice")  # one running; Slurm's MaxJobs allows 2
     serialised(fake_scheduler, monkeypatch)
     answers = at_once(app, "alice", url, START)
     started = [a for a in answers if a.status_code in (201, 302)]
@@ -109,7 +116,7 @@ def test_concurrent_starts_under_the_limit_all_start(
     app: Flask, fake_scheduler: FakeScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The lock serialises the count, not the starts: three at once with room for three all start."""
-    app.config["QUOTA_DEFAULT_MAX_SESSIONS"] = 3
+    set_slurm_limits(fake_scheduler, "alice", max_jobs=3)
     serialised(fake_scheduler, monkeypatch)
     answers = at_once(app, "alice", "/api/sessions", START, n=3)
     assert [a.status_code for a in answers] == [201, 201, 201]

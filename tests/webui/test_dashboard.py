@@ -13,9 +13,8 @@ from webui.caches import TTLMap
 from webui.dashboard.views import usage_card
 from webui.extensions import db
 from webui.models import News
-from webui.models import QuotaPolicy
 from webui.models import User
-from webui.quota.policy import effective_policy
+from webui.quota.limits import user_limits
 from webui.slurm.scheduler import state_cache
 from webui.slurm.state import ClusterState
 from webui.slurm.state import Job
@@ -25,6 +24,7 @@ from webui.slurm.state import Partition
 from .conftest import FakeScheduler
 from .conftest import log_in_as
 from .conftest import post
+from .conftest import set_slurm_limits
 
 
 def node(name: str, used: int, total: int = 4, state: str = "mixed") -> Node:
@@ -152,27 +152,39 @@ def test_admin_news_shows_at_once_and_other_workers_follow_within_the_interval(a
     assert "Second news" in client.get("/").get_data(as_text=True)
 
 
-def test_quota_limits_are_cached_for_display_only(app: Flask, client: Any) -> None:
+def limit_shown(client: Any, label: str) -> str:
+    page = client.get("/").get_data(as_text=True)
+    found = re.search(rf'<dd data-limit="{label}">(.*?)</dd>', page, re.S)
+    assert found, page
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", found.group(1))).strip()
+
+
+def test_limits_are_slurms_and_cached_for_display_only(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    set_slurm_limits(fake_scheduler, "alice", gpus_per_job=4, max_jobs=2, gpu_minutes=600)
     log_in_as(app, client, "alice")
-    assert "up to 4 GPUs" in client.get("/").get_data(as_text=True)  # the built-in default, now cached
-    with app.app_context():  # another worker's admin sets alice's policy
-        db.session.add(
-            QuotaPolicy(
-                username="alice", gpu_hours_per_month=10, max_gpus_per_session=1, max_sessions=1, max_time_minutes=30
-            )
-        )
-        db.session.commit()
-        with app.test_request_context("/"):
-            assert effective_policy("alice").max_gpus_per_session == 1  # decisions read the row
-            assert effective_policy("alice", cached=True).max_gpus_per_session == 4  # display may lag
+    assert limit_shown(client, "GPUs per session") == "4 GPUs (association alice@research MaxTRESPerJob=gres/gpu)"
+    assert limit_shown(client, "Sessions at a time") == "2 sessions (association alice@research MaxJobs)"
+    assert limit_shown(client, "Time per session") == "no limit"
+    assert "1.5 of 10.0 GPU-hours used this month (15 %); 8.5 left." in client.get("/").get_data(as_text=True)
+    set_slurm_limits(fake_scheduler, "alice", gpus_per_job=1)  # a deploy changed the inventory, and so Slurm
+    with app.test_request_context("/"):
+        assert user_limits("alice").gpus_per_session.value == 1  # decisions read Slurm's records
+        assert user_limits("alice", cached=True).gpus_per_session.value == 4  # display may lag
     form = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "2", "time_minutes": "30"}
     resp = post(client, "/sessions/new", form)
-    assert resp.status_code == 400 and "GPUs: must be between 0 and 1" in resp.get_data(as_text=True)
-    log_in_as(app, client, "carol", admin=True)
-    policy = {"gpu_hours_per_month": "10", "max_gpus_per_session": "2", "max_sessions": "1", "max_time_minutes": "30"}
-    assert post(client, "/admin/quota", {"username": "alice", **policy}).status_code == 302
+    assert resp.status_code == 400 and "(Slurm: association alice@research MaxTRESPerJob=gres/gpu=1)" in resp.get_data(
+        as_text=True
+    )
+    app.extensions["carme_view_cache"].clear()  # what the end of the interval does
+    assert limit_shown(client, "GPUs per session") == "1 GPU (association alice@research MaxTRESPerJob=gres/gpu)"
+    assert "1.5 GPU-hours used this month; budget: no limit." in client.get("/").get_data(as_text=True)
+
+
+def test_limits_slurm_cannot_read_are_said_so(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     log_in_as(app, client, "alice")
-    assert "up to 2 GPUs" in client.get("/").get_data(as_text=True)  # an admin change clears the cache
+    fake_scheduler.error = "slurmdbd is down"
+    page = client.get("/").get_data(as_text=True)
+    assert "Your limits cannot be read from Slurm right now" in page
 
 
 def session_cookie(resp: Any) -> str | None:

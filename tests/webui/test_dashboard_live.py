@@ -23,6 +23,7 @@ from .conftest import FakeScheduler
 from .conftest import add_session
 from .conftest import log_in_as
 from .conftest import post
+from .conftest import set_slurm_limits
 
 
 class ExtendingScheduler(FakeScheduler):
@@ -175,9 +176,10 @@ def test_a_failed_row_says_dismiss(app: Flask, client: Any, fake_scheduler: Fake
 
 def test_plurals_and_the_quota_bar_has_a_name(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     assert plural(1, "GPU") == "1 GPU" and plural(2, "GPU") == "2 GPUs" and plural(0, "session") == "0 sessions"
+    set_slurm_limits(fake_scheduler, "alice", gpus_per_job=1, max_jobs=1, gpu_minutes=6000)  # the bar needs a budget
     log_in_as(app, client, "alice")
     html = page(client)
-    assert "1 GPUs" not in html and "1 sessions" not in html
+    assert "1 GPUs" not in html and "1 sessions" not in html and "1 GPU <small>" in html
     assert '<progress max="100"' in html and 'aria-label="GPU-hours used this month' in html
 
 

@@ -408,7 +408,6 @@ ADMIN_PAGES = (
     "/admin/",
     "/admin/news",
     "/admin/images",
-    "/admin/quota",
     "/admin/users",
     "/admin/audit",
     "/reservations/admin",
@@ -657,13 +656,6 @@ def test_fuzz_admin_forms(fuzz_app: Flask, fake_scheduler: FakeScheduler, monito
         "description": "TensorFlow",
         "allowed_apps": "jupyterlab code-server",
     }
-    quota = {
-        "username": "alice",
-        "gpu_hours_per_month": "100",
-        "max_gpus_per_session": "2",
-        "max_sessions": "2",
-        "max_time_minutes": "600",
-    }
     log_in_as(fuzz_app, fuzz_app.test_client(), "bob")  # bob has logged in: his TOTP can be reset, he can be unlocked
     users = st.one_of(st.sampled_from(["bob", "nobody"]), texts).filter(lambda u: u not in ("alice", "carol"))
 
@@ -671,21 +663,18 @@ def test_fuzz_admin_forms(fuzz_app: Flask, fake_scheduler: FakeScheduler, monito
     @given(
         news_form=form_of(news),
         image_form=form_of(image),
-        quota_form=form_of(quota),
         user=users,
         row=path_segment(),
     )
     @example(
         news_form={"title": MARKS[0], "body": MARKS[3]},
         image_form={**image, "description": MARKS[1], "image": MARKS[2]},
-        quota_form=quota,
         user=MARKS[0],
         row="1",
     )
     def admin(
         news_form: dict[str, Any],
         image_form: dict[str, Any],
-        quota_form: dict[str, Any],
         user: str,
         row: str,
     ) -> None:
@@ -697,12 +686,8 @@ def test_fuzz_admin_forms(fuzz_app: Flask, fake_scheduler: FakeScheduler, monito
         assert resp.status_code in (302, 400), resp.status_code
         if resp.status_code == 400:
             assert names_a_field(resp, tuple(image)), resp.get_data(as_text=True)[:2000]
-        resp = carol.post("/admin/quota", quota_form)
-        assert resp.status_code in (302, 400), resp.status_code
-        if resp.status_code == 400:
-            assert names_a_field(resp, tuple(quota)), resp.get_data(as_text=True)[:2000]
         seg = quote(row, safe="")
-        for url in (f"/admin/news/{seg}/delete", f"/admin/images/{seg}/toggle", f"/admin/quota/{seg}/delete"):
+        for url in (f"/admin/news/{seg}/delete", f"/admin/images/{seg}/toggle"):
             assert carol.post(url).status_code in (302, 308, 404, 405), url
         for action in ("totp-reset", "unlock"):
             assert carol.post(f"/admin/users/{quote(user, safe='')}/{action}").status_code in (302, 308, 404, 405)
@@ -899,7 +884,6 @@ def test_row_ids_beyond_64_bits_are_404(fuzz_app: Flask) -> None:
     for url in (
         f"/admin/news/{huge}/delete",
         f"/admin/images/{huge}/toggle",
-        f"/admin/quota/{huge}/delete",
         f"/reservations/{huge}/cancel",
         f"/reservations/admin/{huge}/decide",
     ):

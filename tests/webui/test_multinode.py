@@ -17,6 +17,7 @@ from .conftest import add_session
 from .conftest import csrf_token
 from .conftest import log_in_as
 from .conftest import post
+from .conftest import set_slurm_limits
 
 GOOD = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "0", "time_minutes": "60"}
 
@@ -75,16 +76,16 @@ def test_more_nodes_than_the_partition_has_is_400(app: Flask, client: Any, fake_
     assert "Nodes: must be between 1 and 1" in resp.get_data(as_text=True)
 
 
-def test_gpus_are_per_node_and_the_policy_counts_the_session(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
-    """2 GPUs on each of 2 nodes are 4 GPUs: over a policy of 3 GPUs per session, refused naming ``gpus``."""
+def test_gpus_are_per_node_and_slurm_counts_the_session(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    """2 GPUs on each of 2 nodes are 4 GPUs: over Slurm's 3 GPUs per job, refused naming ``gpus``."""
     two_nodes(app, fake_scheduler)
-    app.config["QUOTA_DEFAULT_MAX_GPUS_PER_SESSION"] = 3
+    set_slurm_limits(fake_scheduler, "alice", gpus_per_job=3)  # Slurm's MaxTRESPerJob=gres/gpu=3
     log_in_as(app, client, "alice")
     resp = post(client, "/sessions/new", {**GOOD, "gpus": "2", "nodes": "2"})
     assert resp.status_code == 400
-    assert "GPUs: 2 per node on 2 nodes is more than the 3 GPUs a session may have" in resp.get_data(as_text=True)
+    said = resp.get_data(as_text=True)
+    assert "GPUs: 2 per node on 2 nodes is more than the 3 GPUs a session may have" in said
+    assert "(Slurm: association alice@research MaxTRESPerJob=gres/gpu=3)" in said
     assert fake_scheduler.submitted == []
     assert post(client, "/sessions/new", {**GOOD, "gpus": "1", "nodes": "2"}).status_code == 302
     assert fake_scheduler.submitted[0][2]["job"]["gres"] == "gpu:1"

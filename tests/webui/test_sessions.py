@@ -17,6 +17,7 @@ from .conftest import FakeScheduler
 from .conftest import add_session
 from .conftest import log_in_as
 from .conftest import post
+from .conftest import set_slurm_limits
 
 GOOD = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
 
@@ -87,18 +88,20 @@ def test_start_submits_as_the_user_with_a_fresh_secret(app: Flask, client: Any, 
 
 
 def test_session_limit_per_user(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    set_slurm_limits(fake_scheduler, "alice", max_jobs=2)
     log_in_as(app, client, "alice")
     assert post(client, "/sessions/new", GOOD).status_code == 302
     assert post(client, "/sessions/new", GOOD).status_code == 302
-    resp = post(client, "/sessions/new", GOOD)  # default policy: 2 sessions
+    resp = post(client, "/sessions/new", GOOD)  # Slurm's MaxJobs: 2 running jobs
     assert resp.status_code == 400
-    assert "limit is 2" in resp.get_data(as_text=True)
+    assert "limit is 2 (Slurm: association alice@research MaxJobs=2)" in resp.get_data(as_text=True)
 
 
 def test_a_session_just_stopped_does_not_count_against_the_limit(
     app: Flask, client: Any, fake_scheduler: FakeScheduler, monkeypatch: Any
 ) -> None:
     """The worker's snapshot is seconds old: a refusal by the session limit is checked on a fresh one."""
+    set_slurm_limits(fake_scheduler, "alice", max_jobs=2)
     log_in_as(app, client, "alice")
     assert post(client, "/sessions/new", GOOD).status_code == 302
     assert post(client, "/sessions/new", GOOD).status_code == 302

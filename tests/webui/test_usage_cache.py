@@ -31,6 +31,7 @@ from webui.slurm.scheduler import SlurmScheduler
 from webui.slurm.scheduler import job_gpu_hours
 
 from .conftest import FakeScheduler
+from .conftest import set_slurm_limits
 
 SINCE = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
 STARTED = int(SINCE.timestamp()) + 3600
@@ -205,6 +206,7 @@ def test_dashboard_value_is_not_refetched_per_load_and_start_reads_slurm(
         return usage[user]
 
     monkeypatch.setattr(fake_scheduler, "gpu_hours_used", used)
+    set_slurm_limits(fake_scheduler, "alice", gpu_minutes=6000)  # a GPU budget in Slurm: the start checks it
     good = {"app": "jupyterlab", "image": "pytorch", "partition": "gpu", "gpus": "1", "time_minutes": "60"}
     with app.test_request_context("/"):
         for _ in range(5):
@@ -217,7 +219,7 @@ def test_dashboard_value_is_not_refetched_per_load_and_start_reads_slurm(
             start_session(CurrentUser("alice", False), good)
         usage["alice"] = 10_000.0  # over the budget per Slurm, the display still shows the older value
         assert quota_view("alice", cached=True)["used_gpu_hours"] == 1.0
-        with pytest.raises(forms.FieldError, match="quota for this month is used up"):
+        with pytest.raises(forms.FieldError, match=r"GPU budget for this month is used up .*GrpTRESMins=gres/gpu=6000"):
             start_session(CurrentUser("alice", False), good)
         assert calls == ["alice"] * 3  # display once, each start once
 

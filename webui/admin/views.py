@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Administration: all sessions, node health, news, image catalogue, quota policy, users, audit log. The ``admin``
-blueprint (``/admin``).
+"""Administration: all sessions, node health, news, image catalogue, users, audit log. The ``admin`` blueprint
+(``/admin``). Limits are Slurm's, set by the inventory (:mod:`webui.quota.limits`): there is nothing to edit here.
 
 Every state change writes an AuditLog row in the same transaction.
 """
@@ -35,12 +35,10 @@ from webui.models import ROW_ID
 from webui.models import AuditLog
 from webui.models import ImageCatalog
 from webui.models import News
-from webui.models import QuotaPolicy
 from webui.models import User
 from webui.models import utcnow
 from webui.monitoring import view as health_view
 from webui.monitoring.health import node_health
-from webui.quota.policy import effective_policy
 from webui.quota.usage import quota_view
 from webui.sessions.records import open_sessions
 from webui.sessions.records import parse_job_id
@@ -185,49 +183,6 @@ def image_toggle(entry_id: int) -> Response:
     audit("admin.image.enable" if entry.enabled else "admin.image.disable", entry.name)
     db.session.commit()
     return redirect(url_for("admin.images"))
-
-
-# --- quota policy --------------------------------------------------------------
-
-
-@bp.route("/quota", methods=["GET", "POST"])
-def quota() -> Any:
-    if request.method == "POST":
-        username = forms.text(request.form, "username", max_len=64, required=False)
-        if username and not valid_username(username):
-            raise forms.FieldError("username", "is not a valid user name")
-        values = {
-            "gpu_hours_per_month": forms.number(request.form, "gpu_hours_per_month", lo=0, hi=1_000_000),
-            "max_gpus_per_session": forms.integer(request.form, "max_gpus_per_session", lo=0, hi=64),
-            "max_sessions": forms.integer(request.form, "max_sessions", lo=0, hi=100),
-            "max_time_minutes": forms.integer(request.form, "max_time_minutes", lo=1, hi=60 * 24 * 30),
-        }
-        key = username or None
-        row = db.session.execute(
-            select(QuotaPolicy).where(QuotaPolicy.username.is_(None) if key is None else QuotaPolicy.username == key)
-        ).scalar_one_or_none()
-        row = row or QuotaPolicy(username=key)
-        for attr, value in values.items():
-            setattr(row, attr, value)
-        db.session.add(row)
-        audit("admin.quota.save", key or "(default)", **values)
-        db.session.commit()
-        view_cache().clear()
-        flash("Quota policy saved.")
-        return redirect(url_for("admin.quota"))
-    rows = db.session.execute(select(QuotaPolicy).order_by(QuotaPolicy.username)).scalars()
-    defaults = effective_policy("\x00no-such-user")
-    return render_template("admin/quota.html", rows=list(rows), defaults=defaults)
-
-
-@bp.route(f"/quota/<{ROW_ID}:row_id>/delete", methods=["POST"])
-def quota_delete(row_id: int) -> Response:
-    row = db.get_or_404(QuotaPolicy, row_id)
-    audit("admin.quota.delete", row.username or "(default)")
-    db.session.delete(row)
-    db.session.commit()
-    view_cache().clear()
-    return redirect(url_for("admin.quota"))
 
 
 # --- users ---------------------------------------------------------------------

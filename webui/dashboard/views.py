@@ -81,6 +81,6 @@ def index() -> Any:
 
 
 def _quota(username: str, reservations: ReservationState) -> dict[str, Any]:
-    """The quota card: the GPU-hours used (as the worker last read them) and reserved this month, and the policy."""
+    """The quota card: the GPU-hours used (as the worker last read them) and reserved this month, and Slurm's limits."""
     reserved = reserved_gpu_hours(username, state=reservations)
     return {**quota_view(username, cached=True), "reserved_gpu_hours": None if reserved is None else round(reserved, 2)}

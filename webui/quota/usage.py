@@ -11,14 +11,19 @@ from flask import current_app
 
 from webui.caches import Shown
 from webui.caches import StaleWhileRefresh
-from webui.quota.policy import effective_policy
-from webui.quota.policy import month_start
+from webui.models import utcnow
+from webui.quota.limits import user_limits
 from webui.slurm.scheduler import current_scheduler
 
 #: After a failed GPU-hour read (slurmdbd or slurmrestd down) the dashboard asks Slurm again no sooner than this.
 USAGE_FAILURE_CACHE_SECONDS = 10.0
 #: A key's very first dashboard look waits at most this long for its GPU-hours (then shows them as unknown).
 USAGE_FIRST_WAIT_SECONDS = 2.0
+
+
+def month_start(now: dt.datetime | None = None) -> dt.datetime:
+    now = now or utcnow()
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def usage_display() -> StaleWhileRefresh:
@@ -59,20 +64,21 @@ def gpu_hours_shown(username: str) -> Shown:
 
 
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
-    """The user's policy and GPU-hours used this month (rounded; ``None``: Slurm cannot say), ``percent`` of the
-    budget. ``cached``: for display (:func:`gpu_hours_shown`, the policy from the view cache)."""
-    policy = effective_policy(username, cached=cached)
+    """The user's limits from Slurm (:func:`webui.quota.limits.user_limits`) and GPU-hours used this month (rounded;
+    ``None``: Slurm cannot say), ``percent`` of the budget (``None``: none, or unknown). ``cached``: for display
+    (:func:`gpu_hours_shown`, the limits from the view cache)."""
+    limits = user_limits(username, cached=cached)
     if cached:
         shown = gpu_hours_shown(username)
         used, as_of = shown.value, shown.as_of
     else:
         used, as_of = gpu_hours_used(username), time.time()
+    budget = limits.gpu_hours_per_month
     return {
         "used_gpu_hours": None if used is None else round(used, 2),
         "used_as_of": None if used is None or as_of is None else dt.datetime.fromtimestamp(as_of, dt.UTC),
-        "limit_gpu_hours": policy.gpu_hours_per_month,
-        "percent": None
-        if used is None or policy.gpu_hours_per_month <= 0
-        else min(100, round(100 * used / policy.gpu_hours_per_month)),
-        "policy": policy,
+        "limit_gpu_hours": None if budget is None else round(budget, 2),
+        "left_gpu_hours": None if used is None or budget is None else round(max(0.0, budget - used), 2),
+        "percent": None if used is None or not budget else min(100, round(100 * used / budget)),
+        "limits": limits,
     }

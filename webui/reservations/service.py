@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -18,7 +19,7 @@ from webui.auth.logins import CurrentUser
 from webui.extensions import db
 from webui.models import ReservationRequest
 from webui.models import utcnow
-from webui.quota.policy import effective_policy
+from webui.quota.limits import user_limits
 from webui.quota.usage import gpu_hours_used
 from webui.reservations.policy import APPROVE
 from webui.reservations.policy import Decision
@@ -172,7 +173,7 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     if state.error and not state.fetched_at:
         raise SlurmError(state.error)
     used = gpu_hours_used(user.username)
-    budget = effective_policy(user.username).gpu_hours_per_month
+    budget = user_limits(user.username).gpu_hours_per_month  # Slurm's GrpTRESMins; None: no budget in Slurm
     # From here to the commit, one request of this user at a time (security issue #27): the same request sent twice
     # at once became two rows, each decided without the other. Their open requests are read under the lock.
     lock_user(user.username)
@@ -190,7 +191,7 @@ def submit_request(user: CurrentUser, form: Mapping[str, Any]) -> tuple[Reservat
     now = utcnow()
     try:
         decision = decide(policy(), request, nodes, now, own=own_windows(user.username, state),
-                          used_gpu_hours=used, budget_gpu_hours=budget)  # fmt: skip
+                          used_gpu_hours=used, budget_gpu_hours=math.inf if budget is None else budget)  # fmt: skip
     except PolicyRefused as exc:
         raise forms.FieldError(exc.field, exc.message) from exc
     row = _record(user.username, request, nodes, purpose, public, decision, now)

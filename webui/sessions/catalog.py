@@ -11,7 +11,7 @@ from sqlalchemy import select
 from carme_runtime.apps import AppSpec
 from webui.extensions import db
 from webui.models import ImageCatalog
-from webui.quota.policy import effective_policy
+from webui.quota.limits import user_limits
 from webui.slurm.session_spec import load_apps
 from webui.slurm.state import ClusterState
 
@@ -50,23 +50,26 @@ def app_spec(name: str) -> AppSpec | None:
 
 
 def form_limits(username: str, state: ClusterState, partition: str | None = None) -> dict[str, Any]:
-    """What the user may ask for in ``partition``: their policy, the settings and the partition's nodes together."""
-    policy = effective_policy(username)
+    """What the user may ask for in ``partition``: Slurm's limits for them (``limits``, :mod:`webui.quota.limits`),
+    the settings and the partition's nodes together. ``max_sessions``: ``None`` where Slurm sets no limit."""
+    slurm = user_limits(username)
     part_obj = next((p for p in state.partitions if p.name == partition), None) if partition else None
-    max_time = min(policy.max_time_minutes, int(current_app.config["SESSION_MAX_TIME_MINUTES"]))
-    if part_obj and part_obj.max_time_minutes:
-        max_time = min(max_time, part_obj.max_time_minutes)
+    max_time = int(current_app.config["SESSION_MAX_TIME_MINUTES"])
+    for cap in (slurm.time_minutes.value, part_obj.max_time_minutes if part_obj else None):
+        max_time = min(max_time, cap) if cap else max_time
     max_cpus, max_mem_mb = resource_limits()
+    per_node = state.max_gpus_per_node(partition)
+    per_session = slurm.gpus_per_session.value
     return {
-        "max_gpus": min(policy.max_gpus_per_session, state.max_gpus_per_node(partition)),
+        "max_gpus": per_node if per_session is None else min(per_session, per_node),
         "max_cpus": max_cpus,
         "max_mem_mb": max_mem_mb,
         "default_cpus": min(max_cpus, max(1, int(current_app.config["SESSION_DEFAULT_CPUS"]))),
         "default_mem_mb": min(max_mem_mb, max(1, int(current_app.config["SESSION_DEFAULT_MEM_MB"]))),
         "max_nodes": max(1, min(int(current_app.config.get("SESSION_MAX_NODES", 1)), _usable_nodes(state, partition))),
         "max_time_minutes": max_time,
-        "max_sessions": policy.max_sessions,
-        "policy": policy,
+        "max_sessions": slurm.sessions.value,
+        "limits": slurm,
     }
 
 

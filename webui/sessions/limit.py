@@ -46,8 +46,11 @@ class Claim:
 
 
 @contextlib.contextmanager
-def claimed(username: str, max_sessions: int, count_active: Callable[[], int]) -> Iterator[Claim]:
-    """A place within ``max_sessions`` for one more start of ``username``, or a 400 naming the limit.
+def claimed(
+    username: str, max_sessions: int | None, count_active: Callable[[], int], *, source: str = ""
+) -> Iterator[Claim]:
+    """A place within ``max_sessions`` (``None``: no limit) for one more start of ``username``, or a 400 naming the
+    limit (and ``source``, where Slurm holds it).
 
     ``count_active`` counts the user's sessions from the database as the lock lets it be read; the starts in flight
     are added. Leaving the block by an exception rolls the session back and gives the place back; leaving it normally
@@ -66,10 +69,13 @@ def claimed(username: str, max_sessions: int, count_active: Callable[[], int]) -
         db.session.execute(delete(SessionStart).where(SessionStart.id.in_(stale_ids)))
     starting = db.session.scalar(select(func.count()).select_from(SessionStart).where(SessionStart.owner == username))
     active = count_active() + (starting or 0)
-    if active >= max_sessions:
+    if max_sessions is not None and active >= max_sessions:
         db.session.rollback()
         of_them = f" ({starting} of them starting)" if starting else ""
-        raise forms.FieldError("app", f"you already have {active} sessions{of_them}; the limit is {max_sessions}")
+        where = f" (Slurm: {source})" if source else ""
+        raise forms.FieldError(
+            "app", f"you already have {active} sessions{of_them}; the limit is {max_sessions}{where}"
+        )
     row = SessionStart(owner=username, created_at=now)
     db.session.add(row)
     db.session.flush()

@@ -26,6 +26,8 @@ from webui.models import ImageCatalog
 from webui.models import PortalSession
 from webui.models import utcnow
 from webui.projects.service import session_account
+from webui.quota.limits import Limit
+from webui.quota.limits import UserLimits
 from webui.quota.usage import quota_view
 from webui.reservations.maintenance import check_session
 from webui.reservations.service import active_reservations
@@ -81,7 +83,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     cfg = current_app.config
     workdir = str(cfg["SESSION_WORKDIR_TEMPLATE"]).format(user=user.username)
     logdir = _logdir(values, app, workdir)
-    state = _within_session_limit(user.username, state, limits["max_sessions"])
+    state = _within_session_limit(user.username, state, limits["limits"].sessions)
     if gpus > 0:  # Slurm enforces the budget itself (GrpTRESMins); an unknown usage is never taken as "allowed"
         _check_budget(user.username)
     spec = SessionSpec(
@@ -104,7 +106,7 @@ def start_session(user: CurrentUser, form: Mapping[str, Any]) -> PortalSession:
     )
     # the claim's commit expires the catalogue row: no read of it after the count
     name = profile.name if profile is not None else None
-    return _submit_and_record(spec, image.name, limits["max_sessions"], state, name)
+    return _submit_and_record(spec, image.name, limits["limits"].sessions, state, name)
 
 
 def _image_and_app(form: Mapping[str, Any], images: list[ImageCatalog]) -> tuple[ImageCatalog, str]:
@@ -137,13 +139,9 @@ def _partition_and_reservation(
 def _size(form: Mapping[str, Any], limits: dict[str, Any], reservation: Reservation | None) -> tuple[int, int, int]:
     """GPUs per node, nodes and minutes, within ``limits``; a session in a reservation ends when the reservation ends
     (the dashboard says so)."""
-    gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
     nodes = forms.integer(form, "nodes", lo=1, hi=limits["max_nodes"], default=1)
-    per_session = limits["policy"].max_gpus_per_session
-    if gpus * nodes > per_session:  # GPUs are per node; the policy counts the session's
-        raise forms.FieldError(
-            "gpus", f"{gpus} per node on {nodes} nodes is more than the {per_session} GPUs a session may have"
-        )
+    _within_slurm(form, limits["limits"], nodes)
+    gpus = forms.integer(form, "gpus", lo=0, hi=limits["max_gpus"])
     time_minutes = forms.integer(form, "time_minutes", lo=1, hi=limits["max_time_minutes"])
     if reservation is not None:
         left = int((reservation.end - utcnow()).total_seconds() // 60)
@@ -151,6 +149,21 @@ def _size(form: Mapping[str, Any], limits: dict[str, Any], reservation: Reservat
             raise forms.FieldError("reservation", "ends in less than a minute")
         time_minutes = min(time_minutes, left)
     return gpus, nodes, time_minutes
+
+
+def _within_slurm(form: Mapping[str, Any], slurm: UserLimits, nodes: int) -> None:
+    """A 400 naming the field, with Slurm's figure and where Slurm holds it, for GPUs or minutes over Slurm's limit
+    (Slurm would refuse the job, or hold it forever)."""
+    gpus, per_session = forms.integer(form, "gpus", lo=0, hi=1024), slurm.gpus_per_session
+    if per_session.value is not None and gpus * nodes > per_session.value:  # GPUs are per node; Slurm counts the job's
+        raise forms.FieldError(
+            "gpus",
+            f"{gpus} per node on {nodes} nodes is more than the {per_session.value} GPUs a session may have "
+            f"(Slurm: {per_session.slurm})",
+        )
+    wall = slurm.time_minutes
+    if wall.value is not None and forms.integer(form, "time_minutes", lo=1, hi=10**7) > wall.value:
+        raise forms.FieldError("time_minutes", f"must be at most {wall.value} minutes (Slurm: {wall.slurm})")
 
 
 def _resources(values: Mapping[str, Any], limits: dict[str, Any]) -> tuple[int, int]:
@@ -192,20 +205,27 @@ def _logdir(values: Mapping[str, Any], app: str, home: str) -> str:
     return path
 
 
-def _within_session_limit(username: str, state: ClusterState, max_sessions: int) -> ClusterState:
-    """Refuse a start beyond the user's session limit; the state the count was taken from."""
+def _within_session_limit(username: str, state: ClusterState, sessions: Limit) -> ClusterState:
+    """Refuse a start beyond the user's running-job limit in Slurm; the state the count was taken from."""
+    if sessions.value is None:
+        return state
     active = active_sessions(username, state)
-    if len(active) >= max_sessions:
+    if len(active) >= sessions.value:
         # the snapshot may be seconds old: a session the user has just stopped must not count against her
         state = current_scheduler().state(max_age=FRESH_STATE_SECONDS)
         active = active_sessions(username, state)
-    if len(active) >= max_sessions:
-        raise forms.FieldError("app", f"you already have {len(active)} sessions; the limit is {max_sessions}")
+    if len(active) >= sessions.value:
+        raise forms.FieldError(
+            "app", f"you already have {len(active)} sessions; the limit is {sessions.value} (Slurm: {sessions.slurm})"
+        )
     return state
 
 
 def _check_budget(username: str) -> None:
     quota = quota_view(username)
+    budget: Limit = quota["limits"].gpu_minutes
+    if budget.value is None:  # Slurm sets no GPU budget for this association (or cannot say: it enforces its own)
+        return
     if quota["used_gpu_hours"] is None:
         raise forms.FieldError(
             "gpus",
@@ -213,7 +233,11 @@ def _check_budget(username: str) -> None:
             "try again in a minute or start a CPU-only session",
         )
     if quota["used_gpu_hours"] >= quota["limit_gpu_hours"]:
-        raise forms.FieldError("gpus", "your GPU-hour quota for this month is used up; start a CPU-only session")
+        raise forms.FieldError(
+            "gpus",
+            f"your GPU budget for this month is used up ({quota['used_gpu_hours']:g} of {quota['limit_gpu_hours']:g} "
+            f"GPU-hours; Slurm: {budget.slurm}); start a CPU-only session",
+        )
 
 
 def _runtime_limits(limits: dict[str, Any], partitions: list[str], images: list[ImageCatalog]) -> SessionLimits:
@@ -230,7 +254,7 @@ def _runtime_limits(limits: dict[str, Any], partitions: list[str], images: list[
 
 
 def _submit_and_record(
-    spec: SessionSpec, image_name: str, max_sessions: int, state: ClusterState, profile: str | None
+    spec: SessionSpec, image_name: str, sessions: Limit, state: ClusterState, profile: str | None
 ) -> PortalSession:
     """Submit under a claim on the user's session limit, and record the session with its secret (and, started from
     a ``profile``, that profile as the user's next default).
@@ -243,7 +267,7 @@ def _submit_and_record(
     def count() -> int:
         return len(active_sessions(spec.user, state))
 
-    with limit.claimed(spec.user, max_sessions, count) as claim:
+    with limit.claimed(spec.user, sessions.value, count, source=sessions.slurm) as claim:
         try:
             job_id = current_scheduler().submit(spec, secret)
         except SessionInvalid as exc:

@@ -165,6 +165,12 @@ class SlurmClient:
         assocs = self.request("GET", path, user).get("associations") or []
         return [a for a in assocs if isinstance(a, dict)]
 
+    def qos(self, user: str) -> list[dict[str, Any]]:
+        """Slurm's QOS with their limits, as ``user`` sees them (v0.0.38 may name the list ``QOS``)."""
+        answer = self.request("GET", self.api_for(user).db_path("qos"), user)
+        found = answer.get("qos") or answer.get("QOS") or []
+        return [q for q in found if isinstance(q, dict)]
+
     def accounts(self, user: str) -> list[dict[str, Any]]:
         """Slurm's accounts with their coordinators, as ``user`` sees them."""
         accts = self.request("GET", self.api_for(user).accounts_path(), user).get("accounts") or []

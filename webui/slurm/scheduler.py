@@ -35,6 +35,9 @@ from webui.caches import TTLMap
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
+from webui.slurm.limits import AssocLimits
+from webui.slurm.limits import LimitReader
+from webui.slurm.limits import QosLimits
 from webui.slurm.records import AccountJob
 from webui.slurm.records import SlurmProject
 from webui.slurm.records import int_field
@@ -73,6 +76,10 @@ class Scheduler(Protocol):
         """The account's jobs that ran in ``[since, until)``, each with its GPU-hours inside that period (the one
         rule), newest first; :class:`SlurmError` if unreadable."""
         ...
+
+    def associations_of(self, user: str) -> list[AssocLimits]: ...  # webui.slurm.limits.LimitReader
+
+    def qos_limits(self) -> dict[str, QosLimits]: ...
 
     def app_answers(
         self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False
@@ -140,6 +147,7 @@ class SlurmScheduler:
         self._assocs: SingleFlight[dict[str, frozenset[str]]] = SingleFlight(associations_cache_seconds)
         self._own_assocs: SingleFlight[frozenset[str]] = SingleFlight(associations_cache_seconds, maxsize=4096)
         self._projects: SingleFlight[list[SlurmProject]] = SingleFlight(quota_cache_seconds)  # budgets change
+        self._limits = LimitReader(client, service_user, quota_cache_seconds)  # so do limits, with a deploy
         self._probes = TTLMap(probe_cache_seconds)
         self.probe_cache_seconds = probe_cache_seconds
         self._verified = TTLMap(verify_cache_seconds)
@@ -254,6 +262,12 @@ class SlurmScheduler:
 
     def _all_associations(self) -> dict[str, frozenset[str]]:
         return _accounts_by_user(self.client.associations(self.service_user))
+
+    def associations_of(self, user: str) -> list[AssocLimits]:
+        return self._limits.associations_of(user)
+
+    def qos_limits(self) -> dict[str, QosLimits]:
+        return self._limits.qos_limits()
 
     def app_answers(self, endpoint: Endpoint, path: str, headers: Mapping[str, str], *, patient: bool = False) -> bool:
         key = (endpoint.host, endpoint.port, path)
