@@ -258,3 +258,26 @@ def test_the_portal_reads_the_limits_through_this_slurmrestd(cluster: HostSlurm)
     assert limits.time_minutes.slurm == f"QOS {INTER} MaxWall=30"
     assert limits.sessions.slurm == f"association {USER}@{ACCOUNT} MaxJobs=2"
     assert limits.gpu_minutes.slurm == f"association {USER}@{ACCOUNT} GrpTRESMins=gres/gpu=100000"
+
+
+def test_the_other_limit_fields_read_through_this_slurmrestd(cluster: HostSlurm) -> None:
+    """The fields the demo does not set: a QOS's MaxJobsPerUser and MaxTRESPerJob=gres/gpu, an association's
+    MaxWallDurationPerJob and MaxTRESPerJob=gres/gpu (set here with sacctmgr, taken back at the end)."""
+    probe, where = "lim-probe", ["where", f"name={USER}", f"account={ACCOUNT}"]
+    cluster.sacctmgr("add", "qos", probe, "MaxJobsPerUser=3", "MaxTRESPerJob=gres/gpu=2", "MaxWall=00:45:00")
+    cluster.sacctmgr("modify", "user", *where, "set", "MaxWall=01:30:00", "MaxTRESPerJob=gres/gpu=1")
+    try:
+        client = SlurmClient(cluster.restd_url, TokenSource(str(cluster.jwt_key)))
+        scheduler = SlurmScheduler(client, service_user=USER, cache_seconds=1, quota_cache_seconds=1, app_dirs=())
+        q = scheduler.qos_limits()[probe]
+        assert (q.max_jobs_per_user, q.gpus_per_job, q.max_wall_minutes, q.gpus_per_user) == (3, 2, 45, None), q
+        (mine,) = [a for a in scheduler.associations_of(USER) if a.user == USER]
+        assert (mine.max_wall_minutes, mine.gpus_per_job) == (90, 1), mine
+        limits = limits_of(USER, scheduler.associations_of(USER), scheduler.qos_limits(), probe)
+        assert limits.sessions.slurm == f"QOS {probe} MaxJobsPerUser=3"  # the QOS's limit comes first
+        # the QOS's MaxTRESPerJob (2) is taken before the association's (1); GrpTRES (2) is no smaller
+        assert limits.gpus_per_session.slurm == f"QOS {probe} MaxTRESPerJob=gres/gpu=2"
+        assert limits.time_minutes.slurm == f"QOS {probe} MaxWall=45"
+    finally:
+        cluster.sacctmgr("modify", "user", *where, "set", "MaxWall=-1", "MaxTRESPerJob=gres/gpu=-1")
+        cluster.run(["sacctmgr", "-i", "delete", "qos", probe], check=False)
