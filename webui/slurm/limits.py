@@ -103,14 +103,26 @@ class LimitReader:
     def __init__(self, client: LimitSource, service_user: str, ttl: float) -> None:
         self.client = client
         self.service_user = service_user
-        self._assocs: SingleFlight[list[AssocLimits]] = SingleFlight(ttl)
+        self._all: SingleFlight[tuple[list[dict[str, Any]], list[AssocLimits]]] = SingleFlight(ttl)
+        self._own: SingleFlight[list[AssocLimits]] = SingleFlight(ttl)
         self._qos: SingleFlight[dict[str, QosLimits]] = SingleFlight(ttl)
+
+    def _every(self, max_age: float | None = None) -> tuple[list[dict[str, Any]], list[AssocLimits]]:
+        def fetch() -> tuple[list[dict[str, Any]], list[AssocLimits]]:
+            raw = self.client.associations(self.service_user)
+            return raw, _parsed(raw)
+
+        return self._all.get("all", fetch, max_age=max_age)
+
+    def all_associations(self, max_age: float | None = None) -> list[dict[str, Any]]:
+        """Every association as slurmrestd gives it (the projects read their members and budgets from the same)."""
+        return self._every(max_age)[0]
 
     def associations_of(self, user: str) -> list[AssocLimits]:
         """The user's associations and those of the accounts above them (the account's own, ``user`` "")."""
-        every = self._assocs.get("all", lambda: _parsed(self.client.associations(self.service_user)))
+        every = self._every()[1]
         if not any(a.user == user for a in every):
-            every = every + self._assocs.get(user, lambda: _parsed(self.client.associations(user, of_user=user)))
+            every = every + self._own.get(user, lambda: _parsed(self.client.associations(user, of_user=user)))
         return relevant(every, user)
 
     def qos_limits(self) -> dict[str, QosLimits]:

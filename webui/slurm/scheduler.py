@@ -227,9 +227,9 @@ class SlurmScheduler:
         return [jobs[k] for k in sorted(jobs, reverse=True)]
 
     def projects(self, max_age: float | None = None) -> list[SlurmProject]:
-        def fetch() -> list[SlurmProject]:
+        def fetch() -> list[SlurmProject]:  # the associations as the limits read them (one query for both)
             accounts = self.client.accounts(self.service_user)
-            return parse_projects(accounts, self.client.associations(self.service_user))
+            return parse_projects(accounts, self._limits.all_associations(max_age))
 
         return self._projects.get("all", fetch, max_age=max_age)
 
