@@ -181,6 +181,8 @@ def test_admins_see_the_cluster_chart_with_the_samples(app: Flask, client: Any, 
     assert '<svg role="img"' in page
     assert '<title id="chart-1-title">GPUs in use, idle and down over 6 hours</title>' in page
     assert "Pending jobs over 6 hours" in page
+    assert "GPUs in use: at most 4, on average 4.0, latest 4." in page  # the summary beside each chart
+    assert "Pending jobs: at most 2, on average 2.0, latest 2." in page
     row = re.search(rf'<tr data-time="{re.escape(start.isoformat())}">(.*?)</tr>', page)
     assert row is not None, page
     assert '<td class="used-peak">4</td>' in row.group(1)  # vision's 2 and research's 1 on gpu01, 1 on gpu03

@@ -8,6 +8,7 @@ The pages only read the samples the timer took: a page never asks Slurm and neve
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from collections.abc import Sequence
 
 from flask import Blueprint
@@ -40,14 +41,18 @@ def _window() -> tuple[str, dt.datetime, dt.datetime]:
     return name, until - RANGES[name][1], until
 
 
-def _summary(what: str, points: Sequence[Point], peak: float, average: float) -> str:
+def _summary(
+    what: str, points: Sequence[Point], peak: Callable[[Point], float], value: Callable[[Point], float]
+) -> str:
+    """One sentence for screen readers and the caption: the peak, the average and the latest value."""
     if not points:
         return f"No samples of {what} in this range yet."
-    return f"{what}: at most {peak:g}, on average {average:.1f}, latest {points[-1].used:g}."
+    average = sum(value(p) for p in points) / len(points)
+    highest = max(peak(p) for p in points)
+    return f"{what}: at most {highest:g}, on average {average:.1f}, latest {value(points[-1]):g}."
 
 
 def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.datetime, label: str) -> list[Chart]:
-    mean = sum(p.used for p in points) / len(points) if points else 0.0
     gpus = line_chart(
         f"GPUs in use, idle and down over {label}",
         points,
@@ -59,9 +64,8 @@ def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.dateti
         ],
         since,
         until,
-        _summary("GPUs in use", points, max((p.used_max for p in points), default=0), mean),
+        _summary("GPUs in use", points, lambda p: p.used_max, lambda p: p.used),
     )
-    queue_mean = sum(p.pending for p in points) / len(points) if points else 0.0
     queue = line_chart(
         f"Pending jobs over {label}",
         points,
@@ -71,7 +75,7 @@ def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.dateti
         ],
         since,
         until,
-        _summary("Pending jobs", points, max((p.pending_max for p in points), default=0), queue_mean),
+        _summary("Pending jobs", points, lambda p: p.pending_max, lambda p: p.pending),
     )
     return [gpus, queue]
 
@@ -106,7 +110,6 @@ def project(name: str) -> str:
         abort(403, description="Only the project's managers and administrators see its utilisation.")
     range_name, since, until = _window()
     points = series(until, range_name, account=found.name)
-    mean = sum(p.used for p in points) / len(points) if points else 0.0
     chart = line_chart(
         f"GPUs in use by project {found.name} over {RANGES[range_name][0]}",
         points,
@@ -116,7 +119,7 @@ def project(name: str) -> str:
         ],
         since,
         until,
-        _summary(f"GPUs in use by {found.name}", points, max((p.used_max for p in points), default=0), mean),
+        _summary(f"GPUs in use by {found.name}", points, lambda p: p.used_max, lambda p: p.used),
     )
     return render_template(
         "utilisation/page.html",
