@@ -187,6 +187,10 @@ def test_admins_see_the_cluster_chart_with_the_samples(app: Flask, client: Any, 
     assert row is not None, page
     assert '<td class="used-peak">4</td>' in row.group(1)  # vision's 2 and research's 1 on gpu01, 1 on gpu03
     assert 'href="/admin/utilisation"' in client.get("/admin/").get_data(as_text=True)
+    # GPUs in use by project: vision's 2 in 3 of the 60 minutes, research's 1 all along
+    accounts = re.findall(r'<tr data-account="(\w+)">.*?<td>([\d.]+)</td><td>([\d.]+)</td></tr>', page)
+    assert accounts == [("research", "1.00", "1"), ("vision", "0.10", "2")]
+    assert 'href="/projects/vision/utilisation?range=6h"' in page
 
 
 def test_the_chart_draws_one_point_per_minute_at_its_time(app: Flask) -> None:
@@ -199,10 +203,12 @@ def test_the_chart_draws_one_point_per_minute_at_its_time(app: Flask) -> None:
         Point(T0 + dt.timedelta(minutes=m), 4, float(u), float(u), 4.0 - u, 0.0, 0.0, 0.0)
         for m, u in ((0, 0), (5, 2), (9, 4))
     ]
-    chart = line_chart("t", points, [("used", "#000", False, lambda p: p.used)], since, until, "s")
+    chart = line_chart("t", points, [("used", "#000", False, lambda p: p.used)], since, until, "s", step=600)
     # x from 44 to 708 over ten minutes, y from 212 (0 GPUs) to 12 (4 GPUs)
-    assert chart.lines[0].points == "44.0,212.0 376.0,112.0 641.6,12.0"
+    assert chart.lines[0].segments == ("44.0,212.0 376.0,112.0 641.6,12.0",)
     assert [label for _, label in chart.y_ticks] == ["0", "2", "4"]
+    gapped = line_chart("t", points, [("used", "#000", False, lambda p: p.used)], since, until, "s", step=240)
+    assert gapped.lines[0].segments == ("44.0,212.0", "376.0,112.0 641.6,12.0")  # 0 -> 5 min: samples missing
 
 
 def test_a_project_chart_is_for_its_managers_and_admins_only(
@@ -235,3 +241,10 @@ def test_long_ranges_use_the_hourly_rollups(app: Flask) -> None:
         db.session.commit()
         rows = rows_in(T0 - dt.timedelta(days=7), T0 + dt.timedelta(hours=2))
         assert [(r.period, r.time) for r in rows] == [(HOUR, T0), (MINUTE, T0 + dt.timedelta(hours=1, minutes=5))]
+
+
+def test_lines_break_only_where_samples_are_missing() -> None:
+    from webui.utilisation.series import largest_step
+
+    assert largest_step("6h") == 150.0  # a minute apart: two missed samples in a row break the line
+    assert largest_step("7d") == 9000.0  # hourly rows: two missed hours in a row

@@ -20,7 +20,7 @@ class Line:
     label: str
     colour: str
     dashed: bool
-    points: str  # "x,y x,y ..." for <polyline points=...>
+    segments: tuple[str, ...]  # each "x,y x,y ..." for one <polyline points=...>: a gap in the samples splits it
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,17 @@ def _time_label(when: dt.datetime, span: dt.timedelta) -> str:
     return when.strftime("%d %b" if span > dt.timedelta(days=2) else "%d %b %H:%M")
 
 
+def _runs(points: Sequence[Point], step: float) -> list[list[Point]]:
+    """The points split where two in a row are more than ``step`` seconds apart."""
+    runs: list[list[Point]] = []
+    for p in points:
+        if runs and (p.time - runs[-1][-1].time).total_seconds() <= step:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
 def line_chart(
     title: str,
     points: Sequence[Point],
@@ -62,8 +73,10 @@ def line_chart(
     since: dt.datetime,
     until: dt.datetime,
     summary: str,
+    step: float = 150.0,
 ) -> Chart:
-    """The chart of ``series`` over ``[since, until)``: x is time, y from 0 to a round maximum."""
+    """The chart of ``series`` over ``[since, until)``: x is time, y from 0 to a round maximum; points more than
+    ``step`` seconds apart are not joined."""
     y_max = _nice_max(max((s[3](p) for p in points for s in series), default=0.0))
     span = (until - since).total_seconds() or 1.0
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -74,8 +87,9 @@ def line_chart(
     def y_of(value: float) -> float:
         return round(TOP + plot_h * (1 - value / y_max), 1)
 
+    runs = _runs(points, step)
     lines = tuple(
-        Line(label, colour, dashed, " ".join(f"{x_of(p.time)},{y_of(value(p))}" for p in points))
+        Line(label, colour, dashed, tuple(" ".join(f"{x_of(p.time)},{y_of(value(p))}" for p in run) for run in runs))
         for label, colour, dashed, value in series
     )
     y_ticks = tuple((y_of(v), f"{v:g}") for v in (0.0, y_max / 2, y_max))

@@ -106,3 +106,32 @@ def series(until: dt.datetime, range_name: str, account: str | None = None) -> l
     """The points of the range ``range_name`` (:data:`RANGES`) ending at ``until``."""
     since = until - RANGES[range_name][1]
     return bucket(rows_in(since, until), since, until, account)
+
+
+def largest_step(range_name: str) -> float:
+    """Seconds: points of the range further apart than this have samples missing between them (the portal or Slurm
+    was down) and are drawn as separate lines."""
+    length = RANGES[range_name][1]
+    sample = float(MINUTE if length <= RAW_KEEP else HOUR)
+    return 2.5 * max(sample, length.total_seconds() / MAX_POINTS)
+
+
+@dataclass(frozen=True)
+class AccountUse:
+    """A project's (Slurm account's) GPUs in use over the range: the peak, and the average over every sample."""
+
+    name: str
+    peak: float
+    average: float
+
+
+def account_use(rows: Sequence[UtilisationSample]) -> list[AccountUse]:
+    """The accounts that had GPUs in use in ``rows``, the busiest (by average) first."""
+    weight = float(sum(r.period for r in rows)) or 1.0
+    totals: dict[str, tuple[float, float]] = {}
+    for row in rows:
+        for name, (average, peak) in row.accounts.items():
+            total, highest = totals.get(name, (0.0, 0.0))
+            totals[name] = (total + float(average) * row.period, max(highest, float(peak)))
+    found = [AccountUse(name, peak, total / weight) for name, (total, peak) in totals.items()]
+    return sorted(found, key=lambda a: (-a.average, a.name))

@@ -27,6 +27,10 @@ from webui.utilisation.chart import line_chart
 from webui.utilisation.series import DEFAULT_RANGE
 from webui.utilisation.series import RANGES
 from webui.utilisation.series import Point
+from webui.utilisation.series import account_use
+from webui.utilisation.series import bucket
+from webui.utilisation.series import largest_step
+from webui.utilisation.series import rows_in
 from webui.utilisation.series import series
 
 bp = Blueprint("utilisation", __name__)
@@ -52,7 +56,8 @@ def _summary(
     return f"{what}: at most {highest:g}, on average {average:.1f}, latest {value(points[-1]):g}."
 
 
-def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.datetime, label: str) -> list[Chart]:
+def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.datetime, range_name: str) -> list[Chart]:
+    label, step = RANGES[range_name][0], largest_step(range_name)
     gpus = line_chart(
         f"GPUs in use, idle and down over {label}",
         points,
@@ -65,6 +70,7 @@ def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.dateti
         since,
         until,
         _summary("GPUs in use", points, lambda p: p.used_max, lambda p: p.used),
+        step,
     )
     queue = line_chart(
         f"Pending jobs over {label}",
@@ -76,6 +82,7 @@ def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.dateti
         since,
         until,
         _summary("Pending jobs", points, lambda p: p.pending_max, lambda p: p.pending),
+        step,
     )
     return [gpus, queue]
 
@@ -84,13 +91,14 @@ def cluster_charts(points: Sequence[Point], since: dt.datetime, until: dt.dateti
 @admin_required
 def admin() -> str:
     name, since, until = _window()
-    points = series(until, name)
-    charts = cluster_charts(points, since, until, RANGES[name][0])
+    rows = rows_in(since, until)
+    points = bucket(rows, since, until)
     return render_template(
         "utilisation/page.html",
         heading="Utilisation",
-        charts=charts,
+        charts=cluster_charts(points, since, until, name),
         points=points,
+        accounts=account_use(rows),
         range_name=name,
         ranges=RANGES,
         project=None,
@@ -120,6 +128,7 @@ def project(name: str) -> str:
         since,
         until,
         _summary(f"GPUs in use by {found.name}", points, lambda p: p.used_max, lambda p: p.used),
+        largest_step(range_name),
     )
     return render_template(
         "utilisation/page.html",
@@ -128,5 +137,6 @@ def project(name: str) -> str:
         points=points,
         range_name=range_name,
         ranges=RANGES,
+        accounts=[],
         project=found.name,
     )
