@@ -8,6 +8,8 @@ with tests/roles/golden/demo/carme_webui/. After an intended template change:
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -62,3 +64,26 @@ def test_preload_and_arena_cap_can_be_turned_off(tmp_path: Path) -> None:
         "--worker-class",
         "gthread",
     ]
+
+
+TICK = ("carme-webui-tick.service", "carme-webui-tick.timer")
+
+
+def test_the_tick_runs_the_portal_command_every_minute_as_the_portals_user(rendered: Path) -> None:
+    service = (rendered / "carme-webui-tick.service").read_text().splitlines()
+    timer = (rendered / "carme-webui-tick.timer").read_text().splitlines()
+    assert "ExecStart=/opt/carme/webui-venv/bin/flask --app webui carme-tick" in service
+    assert {"Type=oneshot", "User=carme-portal", "NoNewPrivileges=yes"} <= set(service)
+    assert {"OnCalendar=*-*-* *:*:00", "Persistent=true", "WantedBy=timers.target"} <= set(timer)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+def test_systemd_analyze_accepts_the_tick(rendered: Path, tmp_path: Path) -> None:
+    for name in TICK:
+        (tmp_path / name).write_text((rendered / name).read_text())
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *(str(tmp_path / n) for n in TICK)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    problems = [line for line in proc.stderr.splitlines() if line.strip() and "is not executable" not in line]
+    assert not problems, proc.stderr
