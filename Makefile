@@ -71,23 +71,26 @@ test:
 	}
 	background molecule molecule
 	molecule=$$!
+	background site test-site
+	site=$$!
 	background checks lint unit
-	echo "=== make molecule and make lint unit: in the background, logs in .artifacts/{molecule,checks}.log"
+	echo "=== make molecule, test-site and lint unit: in the background, logs in .artifacts/{molecule,site,checks}.log"
 	rc=0
 	step demo 2>&1 | tee .artifacts/demo.log || rc=$$?
-	# the browser tests wait for Molecule: its scenarios add and remove podman networks, and chromium aborts whatever
-	# it is loading when this machine's addresses change (net::ERR_NETWORK_CHANGED, seen in form posts and reloads)
-	echo "=== make e2e-tests waits for Molecule"; wait $$molecule || true
+	# the browser tests wait for Molecule and the site scenario: they add and remove podman networks, and chromium
+	# aborts whatever it is loading when this machine's addresses change (net::ERR_NETWORK_CHANGED, seen in form posts)
+	echo "=== make e2e-tests waits for Molecule and the site scenario"; wait $$molecule $$site || true
 	[ $$rc = 0 ] && { step e2e-tests 2>&1 | tee .artifacts/e2e-tests.log || rc=$$?; }
 	wait
-	for name in checks molecule; do
+	for name in checks molecule site; do
 	  echo "=== $$name log"; cat .artifacts/$$name.log
 	  [ "$$(cat .artifacts/$$name.rc)" = 0 ] || rc=1
 	done
 	# CI shows only the end of this output: say there what ran, how it ended and which tests failed
 	echo "=== summary"
 	grep -h -E '^=== make |^(FAILED|ERROR) |^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* =+$$|^CRITICAL |failed=[1-9]' \
-	  .artifacts/demo.log .artifacts/e2e-tests.log .artifacts/checks.log .artifacts/molecule.log 2>/dev/null \
+	  .artifacts/demo.log .artifacts/e2e-tests.log .artifacts/checks.log .artifacts/molecule.log .artifacts/site.log \
+	  2>/dev/null \
 	  | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300 || true
 	exit $$rc
 
@@ -126,7 +129,7 @@ e2e: demo ## the browser end-to-end tests against the demo (brought up first); a
 	$(MAKE) --no-print-directory e2e-tests
 
 e2e-tests: venv axe ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
-	CARME_E2E_REQUIRED=1 pytest -m e2e tests/e2e tests/reliability
+	CARME_E2E_REQUIRED=1 pytest -m e2e --durations=15 tests/e2e tests/reliability
 
 # The opt-in Debian 13 tests, not part of `make test`: Slurm 24.11's slurmrestd (the adapter, auto -> v0.0.42) and its
 # GPU limits for whole-node jobs, GPU reservations, and Apptainer; each starts throwaway containers from the trixie node image (build it
@@ -139,11 +142,12 @@ test-trixie: venv ## the opt-in Debian 13 tests: Slurm 24.11, Apptainer (needs t
 	podman image exists $(TRIXIE_IMAGE) || { echo "no image $(TRIXIE_IMAGE): CARME_RELEASE=trixie make image" >&2; exit 1; }
 	CARME_SLURM2411_TESTS=1 CARME_APPTAINER_TESTS=1 CARME_REQUIRED=1 pytest -q $(TRIXIE_TESTS)
 
-# The opt-in `site` scenario (issue 29), not part of `make test`: two nodes on a podman network with no route out,
-# reached over SSH as `deploy` with sudo by a non-root controller account (carme-ctl), the inventory from `carme site
-# init` with its vault, a site CA, every package from the offline bundle (built once into SITE_BUNDLE, else verified).
+# The `site` scenario (issue 29), a line of `make test`: two nodes on a podman network with no route out, reached
+# over SSH as `deploy` with sudo by a non-root controller account (carme-ctl), the inventory from docs/site-guide.md's
+# `carme site init` with its vault, a site CA, every package from the offline bundle (built once into SITE_BUNDLE,
+# else verified), the guide's own commands (tests/site/guide.py).
 SITE_BUNDLE ?= /var/tmp/carme-site-bundle-$(CARME_RELEASE)
-test-site: venv image wheelhouse ## the opt-in site scenario: SSH, sudo, vault, site CA, offline bundle (tests/site)
+test-site: $(PREPARE) ## the site scenario alone: SSH, sudo, vault, site CA, offline bundle (tests/site)
 	if [ -f $(SITE_BUNDLE)/manifest.json ]; then carme bundle verify $(SITE_BUNDLE) --release $(CARME_RELEASE)
 	else rm -rf $(SITE_BUNDLE); carme bundle build --release $(CARME_RELEASE) --out $(SITE_BUNDLE); fi
 	CARME_SITE_TESTS=1 CARME_SITE_BUNDLE=$(SITE_BUNDLE) CARME_REQUIRED=1 pytest -q -s tests/site

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from tests.site import bed
+from tests.site import guide
 
 SITE = bed.WORK / "site"  # the inventory directory
 CA = bed.WORK / "site-ca"  # the site's CA and the certificates it issued (controller side)
@@ -31,11 +32,28 @@ CERTS = {
 USER = "alice"  # the example's first user (group_vars/all/users.yml)
 
 
+#: docs/site-guide.md's example values -> the scenario's (tests/site/guide.py): no login nodes, one GPU node, storage
+#: that exists already (no BeeGFS packages here), Charliecloud (the Debian 12 nodes' runtime)
+GUIDE_VALUES = {
+    "sites/hpc": str(SITE),
+    "head01": bed.HEAD,
+    "login[01-02]": "",
+    "gpu[01-16]": bed.NODES[1],
+    "hpc.example.org": DOMAIN,
+    "beegfs": "existing",
+    "apptainer": "charliecloud",
+    "/srv/carme-bundle": str(bed.BUNDLE),
+}
+
+
+def guide_command(verb: str) -> list[str]:
+    """The guide's ``carme VERB ...`` command with the scenario's values (tests/site/guide.py)."""
+    return guide.command(verb, GUIDE_VALUES)
+
+
 def init_site() -> None:
-    """``carme site init`` with the scenario's two hosts, run by the controller account."""
-    bed.as_controller([bed.PY, "-m", "carme_admin", "site", "init", str(SITE), "--head", bed.HEAD, "--login", "",
-                       "--gpu-nodes", bed.NODES[1], "--domain", DOMAIN, "--storage", "existing",
-                       "--runtime", "charliecloud"])  # fmt: skip
+    """The guide's ``carme site init`` with the scenario's two hosts, run by the controller account."""
+    bed.as_controller(guide_command("site init"))
 
 
 def _openssl(*args: str) -> None:
@@ -148,11 +166,10 @@ def set_deploy_user(become_password: bool) -> None:
     bed.as_controller(["tee", str(hosts)], input_text="---\n" + yaml.safe_dump(data, sort_keys=False))
 
 
-def playbook(*args: str, timeout: float = 3000) -> Any:
-    """``ansible-playbook -i SITE/hosts.yml ARGS`` as the controller, the vault opened with SITE/.vault-pass."""
-    argv = [bed.PY, "-m", "ansible.cli.playbook", "-i", f"{SITE}/hosts.yml", "--vault-password-file",
-            f"{SITE}/.vault-pass", *args]  # fmt: skip
-    return bed.as_controller(argv, timeout=timeout, check=False)
+def deploy(timeout: float = 3000) -> Any:
+    """The guide's ``carme deploy -i SITE/hosts.yml`` as the controller (the vault opened with SITE/.vault-pass,
+    which ``carme`` finds next to the inventory)."""
+    return bed.as_controller(guide_command("deploy"), timeout=timeout, check=False)
 
 
 def vault_values() -> dict[str, str]:

@@ -8,8 +8,9 @@ deployed as the controller account ``carme-ctl``, then checked from outside: the
 port, a Slurm job as an LDAP user, the portal's login page, a second converge with nothing changed, no secret in
 clear in the inventory.
 
-Opt-in (about a quarter of an hour): ``CARME_SITE_TESTS=1`` (``make test-site``); it needs root on this host (podman,
-useradd), the node image and an offline bundle at :data:`tests.site.bed.BUNDLE` (``make test-site`` builds one).
+A line of ``make test`` (about ten minutes; alone: ``make test-site``), switched on by ``CARME_SITE_TESTS=1``; it needs
+root on this host (podman, useradd), the node image and an offline bundle at :data:`tests.site.bed.BUNDLE` (``make
+test-site`` builds one). Its commands are docs/site-guide.md's own (tests/site/guide.py).
 ``CARME_SITE_KEEP=1`` leaves the nodes up at the end; ``CARME_SITE_REUSE=1`` runs the checks on them again without a
 new bed and first deploy (``python -m tests.site.bed down`` removes them and the controller account).
 """
@@ -25,7 +26,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -33,10 +33,10 @@ if os.environ.get("CARME_SITE_TESTS") != "1":
     pytest.skip("opt-in: CARME_SITE_TESTS=1 (make test-site)", allow_module_level=True)
 
 from tests.site import bed
+from tests.site import guide
 from tests.site import inventory as inv
 
 pytestmark = pytest.mark.site
-SITE_YML = str(bed.REPO / "site.yml")
 
 
 @dataclass
@@ -52,9 +52,9 @@ class Site:
     first: Deploy
 
 
-def deploy(*args: str) -> Deploy:
+def deploy() -> Deploy:
     t0 = time.monotonic()
-    done = inv.playbook(SITE_YML, *args)
+    done = inv.deploy()
     return Deploy(done.returncode, done.stdout + done.stderr, time.monotonic() - t0)
 
 
@@ -80,7 +80,7 @@ def site() -> Iterator[Site]:
 def recap(out: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP's counters per host."""
     found: dict[str, dict[str, int]] = {}
-    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, flags=re.MULTILINE):
+    for host, counters in re.findall(r"^\s*(\S+)\s+:\s+(ok=.*)$", out, flags=re.MULTILINE):
         found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
     return found
 
@@ -170,13 +170,34 @@ def test_a_second_converge_changes_nothing(site: Site) -> None:
     assert changed == dict.fromkeys(bed.NODES, 0), "\n".join(re.findall(r"^changed: .*$|^TASK .*$", again.out, re.M))
 
 
-def test_site_guide_commands_exist() -> None:
-    """The files the scenario follows are where the guide says (the guide itself is checked by docs-check)."""
-    assert Path(bed.REPO / "docs" / "site-guide.md").is_file()
+#: the guide's commands and where the scenario runs each (``bundle build``: ``make test-site``, before the tests)
+GUIDE_RUN_BY = {
+    "site init": "inventory.init_site",
+    "check": "carme_check",
+    "bundle build": "Makefile test-site",
+    "bundle verify": "test_the_guides_bundle_verify_accepts_the_bundle",
+    "deploy": "inventory.deploy",
+}
+
+
+def test_every_guide_command_is_run() -> None:
+    """Each ``carme`` command of docs/site-guide.md is one the scenario runs, read from the guide itself."""
+    verbs = [" ".join(c.split()[1:3]) if c.split()[1] in ("site", "bundle") else c.split()[1] for c in guide.commands()]
+    assert sorted(verbs) == sorted(GUIDE_RUN_BY), verbs
+    recipe = (bed.REPO / "Makefile").read_text()
+    assert "carme bundle build --release $(CARME_RELEASE) --out $(SITE_BUNDLE)" in recipe
+    assert inv.guide_command("bundle build")[1:4] == ["bundle", "build", "--release"]
+
+
+def test_the_guides_bundle_verify_accepts_the_bundle() -> None:
+    done = bed.as_controller(inv.guide_command("bundle verify"), check=False, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 # -- carme check: each injected fault named, one at a time, on the GPU node -------------------------------------------
 NODE = bed.NODES[1]
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # scripts/host-packages.txt: libfaketime
+FAKETIME_ON_NODE = "/usr/local/lib/libfaketime-site-test.so.1"
 #: (what is broken, how, how it is mended, the check that must name it)
 FAULTS = {
     "sshd stopped": ("systemctl stop ssh.service ssh.socket", "systemctl start ssh.service", "unreachable"),
@@ -186,6 +207,15 @@ FAULTS = {
         "mv /root/nsswitch.conf.site-test /etc/nsswitch.conf",
         "resolve",
     ),
+    # A container shares this host's clock: the node's `date` (what the check reads) answers 10 minutes ahead through
+    # libfaketime (this host's, copied in for the test). Preloading it for every process instead (/etc/ld.so.preload)
+    # made sshd's sandboxed pre-authentication child die: the check said "unreachable", not "clock".
+    "the clock 10 min off": (
+        f"mv /usr/bin/date /usr/bin/date.site-test && printf '#!/bin/sh\\nFAKETIME=+10m LD_PRELOAD={FAKETIME_ON_NODE} "
+        'exec /usr/bin/date.site-test "$@"\\n\' > /usr/bin/date && chmod 0755 /usr/bin/date',
+        "mv /usr/bin/date.site-test /usr/bin/date",
+        "clock",
+    ),
 }
 
 
@@ -193,7 +223,7 @@ def carme_check() -> tuple[set[tuple[str, str]], float]:
     """``carme check --json`` as the controller: the (host, check) pairs with a problem, and the seconds it took.
     No SSH connection sharing: a connection kept open from an earlier run would hide a stopped sshd."""
     t0 = time.monotonic()
-    done = bed.as_controller(["carme", "check", "-i", f"{inv.SITE}/hosts.yml", "--json"], check=False,
+    done = bed.as_controller([*inv.guide_command("check"), "--json"], check=False,
                              extra_env=("ANSIBLE_SSH_ARGS=-o ControlMaster=no",))  # fmt: skip
     seconds = time.monotonic() - t0
     report = json.loads(done.stdout)
@@ -211,6 +241,8 @@ def baseline(site: Site) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_carme_check_names_the_injected_fault(baseline: set[tuple[str, str]], fault: str) -> None:
     breaks, mends, check = FAULTS[fault]
+    if FAKETIME_ON_NODE in breaks:
+        bed.podman("cp", FAKETIME, f"{NODE}:{FAKETIME_ON_NODE}")
     bed.on_node(NODE, breaks)
     try:
         found, seconds = carme_check()
