@@ -5,7 +5,6 @@ status 1) when any did, so that systemd shows the unit failed."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 
@@ -24,10 +23,8 @@ def _sample() -> object:
 
 
 def _notifications() -> object:
-    try:
-        watch = importlib.import_module("webui.notifications.watch")  # written by the notifications feature
-    except ImportError:
-        return "absent"
+    from webui.notifications import watch
+
     return watch.check()
 
 
