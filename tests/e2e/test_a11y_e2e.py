@@ -29,7 +29,16 @@ from tests.fixtures.demo import start_jupyterlab
 pytestmark = pytest.mark.e2e
 
 VIEWPORTS = ({"width": 1366, "height": 800}, {"width": 390, "height": 844})
-ALICE_PAGES = ("/", "/sessions/new", "/reservations/")
+# alice manages the research project: its report and utilisation chart are hers to see
+ALICE_PAGES = (
+    "/",
+    "/sessions/new",
+    "/reservations/",
+    "/notifications/",
+    "/projects/",
+    "/projects/research/report",
+    "/projects/research/utilisation",
+)
 ADMIN_PAGES = (
     "/admin/",
     "/admin/users",
@@ -37,6 +46,7 @@ ADMIN_PAGES = (
     "/admin/images",
     "/admin/news",
     "/admin/audit",
+    "/admin/utilisation",
     "/reservations/admin",
 )
 OPTIONAL_PAGES = ("/admin/profiles",)  # checked where the portal has them
