@@ -332,8 +332,8 @@ class StaleWhileRefresh:
 def view_cache() -> TTLMap:
     """The worker's cache of what pages show and admins rarely change (made by create_app).
 
-    The news for ``SCHEDULER_CACHE_SECONDS``, a user's quota policy and storage quota for ``QUOTA_CACHE_SECONDS``.
-    The admin views clear it when they change news or policies; decisions (start, limits) never read it.
+    The news for ``SCHEDULER_CACHE_SECONDS``, a user's storage quota for ``QUOTA_CACHE_SECONDS``. The admin views
+    clear it when they change the news; decisions (start, limits) never read it.
     """
     cache: TTLMap = current_app.extensions["carme_view_cache"]
     return cache
