@@ -11,6 +11,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 import webui.notifications.models
+import webui.projects.models
 import webui.utilisation.models  # noqa: F401 - the feature packages' tables join Base.metadata
 from webui.models import Base
 

@@ -10,6 +10,7 @@ from webui.models import PortalSession
 from webui.notifications.service import record
 from webui.projects.service import ProjectView
 from webui.sessions.catalog import app_spec
+from webui.slurm.records import SlurmProject
 
 #: the budget thresholds, in per cent of a project's monthly GPU budget
 BUDGET_THRESHOLDS = (80, 100)
@@ -65,3 +66,10 @@ def allocation_decided(row: AllocationRequest) -> int:
     title = f"Your allocation request for {row.project} was {row.status}"
     body = f"{row.gpu_hours} GPU-hours per month. {row.reason}".strip()
     return record("allocation_decided", f"allocation:{row.id}", [row.username], title, body, "/projects/")
+
+
+def project_ended(project: SlurmProject, end_date: str) -> int:
+    """The project's managers learn that it has ended: Slurm takes no new job in it."""
+    title = f"Project {project.name} has ended"
+    body = f"Its end date was {end_date}: Slurm takes no new job in it. Running jobs go on to their time limit."
+    return record("project_ended", f"project_ended:{project.name}", project.managers, title, body, "/projects/")

@@ -22,6 +22,7 @@ KINDS = {
     "budget_80": "Budget at 80 %",
     "budget_100": "Budget used up",
     "allocation_decided": "Allocation request decided",
+    "project_ended": "Project ended",
 }
 
 #: the notifications list shows this many, newest first

@@ -22,6 +22,7 @@ from webui.notifications.mail import MailError
 from webui.notifications.mail import send_pending
 from webui.projects.service import this_month
 from webui.projects.service import visible_projects
+from webui.projects.terms import ended_accounts
 from webui.sessions.records import open_sessions
 from webui.sessions.status import session_views
 from webui.slurm.errors import SlurmError
@@ -38,9 +39,9 @@ WATCHER = CurrentUser("carme-notifications", is_admin=True)
 
 
 def check() -> str:
-    """One check: sessions, budgets, then mail; what each step did (a count, or ``failed: ...``). Never raises for
-    Slurm, the database, LDAP or the relay: the next check tries again."""
-    steps: tuple[Callable[[], int], ...] = (check_sessions, check_budgets, send_pending)
+    """One check: sessions, budgets, ended projects, then mail; what each step did (a count, or ``failed: ...``).
+    Never raises for Slurm, the database, LDAP or the relay: the next check tries again."""
+    steps: tuple[Callable[[], int], ...] = (check_sessions, check_budgets, check_ended, send_pending)
     done = []
     for step in steps:
         try:
@@ -94,3 +95,12 @@ def check_budgets() -> int:
     """Projects at 80 % and 100 % of this month's GPU budget; how many notifications were recorded."""
     month = this_month()
     return sum(events.budget_reached(view, month) for view in visible_projects(WATCHER, month))
+
+
+def check_ended() -> int:
+    """The managers of each portal project the tick has ended (webui.projects.terms.expire), told once."""
+    ended = ended_accounts()
+    if not ended:
+        return 0
+    projects = [p for p in current_scheduler().projects() if p.name in ended]
+    return sum(events.project_ended(p, ended[p.name]) for p in projects)

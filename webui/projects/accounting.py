@@ -20,6 +20,8 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Protocol
 
+from flask import current_app
+
 from carme_runtime.command_runner import RC_NOT_FOUND
 from carme_runtime.command_runner import RC_TIMEOUT
 from carme_runtime.command_runner import SubprocessRunner
@@ -50,6 +52,11 @@ def create_argv(name: str, description: str, gpu_minutes: int, qos: Sequence[str
 def budget_argv(name: str, gpu_minutes: int) -> list[str]:
     """A new monthly GPU budget for the account (an approved allocation request)."""
     return ["modify", "account", "where", f"name={_checked(name)}", "set", f"GrpTRESMins=gres/gpu={int(gpu_minutes)}"]
+
+
+def submit_argv(name: str, jobs: int) -> list[str]:
+    """The account's GrpSubmitJobs: 0 when the project has ended (Slurm takes no new job in it), -1 lifts it."""
+    return ["modify", "account", "where", f"name={_checked(name)}", "set", f"GrpSubmitJobs={int(jobs)}"]
 
 
 def coordinator_argv(name: str, user: str) -> list[str]:
@@ -85,3 +92,12 @@ class Sacctmgr:
         if rc != 0 or "Nothing new added" in text:  # sacctmgr says so with status 0 where the object exists
             raise SlurmError(text or "sacctmgr failed")
         return text
+
+
+def backend() -> Accounting:
+    """``ACCOUNTING`` (tests) or ``sacctmgr`` run as the portal's user (``SLURM_SACCTMGR``, ``SLURM_CONF_FILE``)."""
+    cfg = current_app.config
+    given = cfg.get("ACCOUNTING")
+    if given is not None:
+        return given  # type: ignore[no-any-return]
+    return Sacctmgr(tuple(cfg.get("SLURM_SACCTMGR", ("sacctmgr",))), cfg.get("SLURM_CONF_FILE") or None)

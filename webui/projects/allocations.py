@@ -19,8 +19,8 @@ from webui.extensions import db
 from webui.models import AllocationRequest
 from webui.models import utcnow
 from webui.projects import accounting
+from webui.projects.accounting import backend
 from webui.projects.manage import MAX_GPU_HOURS
-from webui.projects.manage import backend
 from webui.projects.manage import managed_project
 from webui.slurm.errors import SlurmError
 from webui.slurm.scheduler import current_scheduler

@@ -17,6 +17,8 @@ from typing import Any
 from carme_runtime.gpu_hours import month_bounds
 from webui.auth.logins import CurrentUser
 from webui.forms import FieldError
+from webui.projects.terms import Terms
+from webui.projects.terms import terms_of
 from webui.slurm.errors import SlurmError
 from webui.slurm.records import AccountJob
 from webui.slurm.records import SlurmProject
@@ -28,6 +30,7 @@ class ProjectView:
     project: SlurmProject
     used_gpu_hours: float | None  # this month, every member; None: Slurm cannot say
     can_report: bool
+    terms: Terms | None = None  # its owner (PI) and end date; None: none recorded
 
     @property
     def budget_gpu_hours(self) -> float | None:
@@ -96,7 +99,7 @@ def visible_projects(user: CurrentUser, month: str | None = None) -> list[Projec
     views = []
     for project in current_scheduler().projects():
         if user.is_admin or user.username in project.members or user.username in project.managers:
-            views.append(ProjectView(project, _used(project.name, month), may_report(user, project)))
+            views.append(ProjectView(project, _used(project.name, month), may_report(user, project), terms_of(project)))
     return views
 
 
@@ -170,7 +173,7 @@ def member_projects(username: str) -> list[ProjectView]:
 def _member_views(username: str) -> list[ProjectView]:
     mine = [p for p in current_scheduler().projects() if username in p.members]
     month = this_month()
-    return [ProjectView(p, _used(p.name, month), False) for p in mine]
+    return [ProjectView(p, _used(p.name, month), False, terms_of(p)) for p in mine]
 
 
 def session_account(username: str, form: Mapping[str, Any], gpus: int) -> str | None:
@@ -187,6 +190,8 @@ def session_account(username: str, form: Mapping[str, Any], gpus: int) -> str | 
     view = views.get(name)
     if view is None:
         raise FieldError("project", "is not one of your projects")
+    if view.terms is not None and view.terms.ended():
+        raise FieldError("project", f"{name} ended on {view.terms.end_text}: Slurm takes no new job in it")
     if gpus > 0 and view.spent:
         managers = ", ".join(view.project.managers) or "an administrator"
         raise FieldError(

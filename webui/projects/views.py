@@ -21,6 +21,7 @@ from webui.models import ROW_ID
 from webui.projects import allocations
 from webui.projects import manage
 from webui.projects import service
+from webui.projects.terms import terms_of
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import flash_outcome
 
@@ -64,6 +65,7 @@ def report(name: str, as_csv: bool = False) -> Response | str:
         source_of=service.source_of,
         utc=service.utc_text,
         requests=allocations.requests_of(project.name),
+        terms=terms_of(project),
     )
 
 

@@ -28,7 +28,13 @@ def _notifications() -> object:
     return watch.check()
 
 
-TASKS: dict[str, Callable[[], object]] = {"utilisation": _sample, "notifications": _notifications}
+def _expire() -> object:
+    from webui.projects import terms
+
+    return terms.expire()
+
+
+TASKS: dict[str, Callable[[], object]] = {"utilisation": _sample, "projects": _expire, "notifications": _notifications}
 
 
 def run_tasks(tasks: dict[str, Callable[[], object]] | None = None) -> dict[str, str]:
@@ -47,7 +53,8 @@ def run_tasks(tasks: dict[str, Callable[[], object]] | None = None) -> dict[str,
 def register(app: Flask) -> None:
     @app.cli.command("carme-tick")
     def carme_tick() -> None:
-        """Sample the cluster's utilisation (and roll up, prune) and check notifications: the timer's job."""
+        """Sample the cluster's utilisation (and roll up, prune), check notifications and end the portal's projects
+        past their end date: the timer's job."""
         outcomes = run_tasks()
         for name, outcome in outcomes.items():
             click.echo(f"{name}: {outcome}")
