@@ -180,3 +180,39 @@ def test_the_portal_creates_a_project_and_changes_its_members_as_an_operator(clu
     finally:
         cluster.run(["sacctmgr", "-i", "delete", "account", name], check=False)
         cluster.run([*level, "AdminLevel=None"])
+
+
+def test_an_ended_project_takes_no_new_job_from_the_portal_or_the_inventory(cluster: HostSlurm) -> None:
+    """Issue 31's end date on a real slurmdbd: the tick's ``GrpSubmitJobs=0`` (run as an Operator) makes Slurm refuse
+    bob's sbatch into the portal's account; the slurm role's accounting does the same for an inventory account with
+    ``GrpSubmitJobs: 0`` (an ended declared project) and lifts it again with ``-1`` (its end date moved on)."""
+    level = ["sacctmgr", "-i", "modify", "user", "where", f"name={OPERATOR}", "set"]
+    cluster.run([*level, "AdminLevel=Operator"])
+    portal = Sacctmgr(("runuser", "-u", OPERATOR, "--", "sacctmgr"), str(cluster.slurm_conf))
+    name, declared = "carmeended", "carmeinvend"
+    try:
+        portal.sacctmgr(accounting.create_argv(name, "Ended test", 600, ["normal"]))
+        portal.sacctmgr(accounting.member_argv(name, "bob", add=True))
+        portal.sacctmgr(accounting.submit_argv(name, 0))
+        refused = cluster.run(["sbatch", f"--account={name}", "--wrap=true"], user="bob", check=False)
+        assert refused.returncode != 0 and "Job violates accounting/QOS policy" in refused.stderr
+
+        def declare(jobs: int) -> ModuleRun:
+            account = {"name": declared, "qos": ["normal"], "default_qos": "normal", "GrpSubmitJobs": jobs}
+            user = {"name": "bob", "account": declared, "qos": ["normal"], "default_qos": "normal"}
+            args = {"cluster": CLUSTER, "accounts": [account], "users": [user], "purge_users": False}
+            return run_module("slurm", "slurm_accounting", args, env={"SLURM_CONF": str(cluster.slurm_conf)})
+
+        run = declare(0)
+        assert run.rc == 0 and run.result["changed"], run.output
+        refused = cluster.run(["sbatch", f"--account={declared}", "--wrap=true"], user="bob", check=False)
+        assert refused.returncode != 0 and "Job violates accounting/QOS policy" in refused.stderr
+        run = declare(-1)
+        assert run.rc == 0 and run.result["changed"], run.output
+        job = cluster.sbatch("bob", "true", f"--account={declared}")
+        assert cluster.wait_job(job, timeout=120) == "COMPLETED"
+    finally:
+        for account in (name, declared):
+            cluster.run(["sacctmgr", "-i", "delete", "user", "where", "name=bob", f"account={account}"], check=False)
+            cluster.run(["sacctmgr", "-i", "delete", "account", account], check=False)
+        cluster.run([*level, "AdminLevel=None"])
