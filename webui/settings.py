@@ -114,6 +114,9 @@ SESSION_MAX_MEM_MB: int | None = None
 # Session profiles from the inventory (carme_webui_session_profiles): [{"name", "title", "description", "app",
 # "image", "gpus", "cpus", "mem_mb", "time_minutes"}], written into the table by `flask --app webui profiles-sync`.
 SESSION_PROFILES: tuple[dict[str, object], ...] = ()
+# The inventory's projects' owner and end date (carme_webui_project_terms): {"account": {"pi": "alice", "end_date":
+# "2027-06-30"}}; a portal project keeps its own in the portal's table (webui.projects.terms).
+PROJECT_TERMS: dict[str, dict[str, str]] = {}
 SESSION_MAX_TIME_MINUTES = 24 * 60
 # Nodes one session may ask for (multi-node sessions; the app runs on the first). Keep it equal to the session QOS's
 # MaxTRESPerJob=node=N, which Slurm enforces for every submission path (roles/slurm README "Limits").
