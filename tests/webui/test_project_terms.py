@@ -153,7 +153,11 @@ def test_the_tick_ends_a_portal_project_once_and_tells_its_managers(
         row = db.session.get(ProjectTerms, "vision")
         assert row is not None and row.ended_at is not None
         notes = list(db.session.scalars(select(Notification).where(Notification.kind == "project_ended")))
-        assert [n.username for n in notes] == ["alice"] and "has ended" in notes[0].title
+        assert [n.username for n in notes] == ["alice"] and notes[0].title == "Project vision has ended"
+        assert (
+            notes[0].body
+            == f"Its end date was {(TODAY - dt.timedelta(days=1)).isoformat()}: Slurm takes no new job in it."
+        )
     [ended] = audit_of(app, "project.end")
     assert ended.target == "vision" and ended.actor == "-"
     log_in_as(app, client, "alice")

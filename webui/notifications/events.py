@@ -71,5 +71,5 @@ def allocation_decided(row: AllocationRequest) -> int:
 def project_ended(project: SlurmProject, end_date: str) -> int:
     """The project's managers learn that it has ended: Slurm takes no new job in it."""
     title = f"Project {project.name} has ended"
-    body = f"Its end date was {end_date}: Slurm takes no new job in it. Running jobs go on to their time limit."
+    body = f"Its end date was {end_date}: Slurm takes no new job in it."
     return record("project_ended", f"project_ended:{project.name}", project.managers, title, body, "/projects/")
