@@ -186,6 +186,8 @@ def test_the_start_form_refuses_a_session_in_an_ended_project(
 ) -> None:
     end_vision(app, client, acct, TODAY - dt.timedelta(days=1))
     log_in_as(app, client, "bob")
+    form = client.get("/sessions/new").get_data(as_text=True)
+    assert 'data-ended="vision"' in form and 'data-ended="research"' not in form  # said before Start
     refused = post(client, "/sessions/new", {**START, "project": "vision", "gpus": "0"})
     text = refused.get_data(as_text=True)
     assert refused.status_code == 400 and "Project: " in text  # the start form's label of the field
