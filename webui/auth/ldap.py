@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 import warnings
+from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +145,10 @@ def group_names(response: Any) -> frozenset[str]:
     return frozenset(names)
 
 
-def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]:
-    """The user's groups, read without the user's password: bound as LDAP_BIND_DN, or anonymously when unset."""
+@contextlib.contextmanager
+def service_connection(config: Mapping[str, Any]) -> Iterator[ldap3.Connection]:
+    """A connection bound as LDAP_BIND_DN (anonymously when unset), with StartTLS as configured, closed afterwards;
+    whatever fails in it (the bind, or a search in the ``with`` block) raises :class:`LdapUnavailable`."""
     bind_dn = config.get("LDAP_BIND_DN") or None
     conn = ldap3.Connection(
         server(config),
@@ -156,10 +159,6 @@ def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]
         raise_exceptions=False,
         read_only=True,
     )
-    dn = str(config["LDAP_USER_DN_TEMPLATE"]).format(username=escape_rdn(username))
-    search_filter = str(config["LDAP_GROUP_FILTER"]).format(
-        username=escape_filter_chars(username), dn=escape_filter_chars(dn)
-    )
     try:
         try:
             conn.open()
@@ -167,12 +166,22 @@ def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]
                 raise LdapUnavailable("StartTLS failed")
             if not conn.bind():
                 raise LdapUnavailable(f"bind failed: {conn.result.get('description') if conn.result else '?'}")
-            if not conn.search(str(config["LDAP_GROUP_BASE"]), search_filter, attributes=["cn"]):
-                if conn.result and conn.result.get("result") not in (0, 32):  # success, noSuchObject
-                    raise LdapUnavailable(f"search failed: {conn.result.get('description')}")
-                return frozenset()
+            yield conn
         except LDAPException as exc:
             raise LdapUnavailable(str(exc)) from exc
-        return group_names(conn.response)
     finally:
         close(conn)
+
+
+def directory_groups(config: Mapping[str, Any], username: str) -> frozenset[str]:
+    """The user's groups, read without the user's password: bound as LDAP_BIND_DN, or anonymously when unset."""
+    dn = str(config["LDAP_USER_DN_TEMPLATE"]).format(username=escape_rdn(username))
+    search_filter = str(config["LDAP_GROUP_FILTER"]).format(
+        username=escape_filter_chars(username), dn=escape_filter_chars(dn)
+    )
+    with service_connection(config) as conn:
+        if not conn.search(str(config["LDAP_GROUP_BASE"]), search_filter, attributes=["cn"]):
+            if conn.result and conn.result.get("result") not in (0, 32):  # success, noSuchObject
+                raise LdapUnavailable(f"search failed: {conn.result.get('description')}")
+            return frozenset()
+        return group_names(conn.response)

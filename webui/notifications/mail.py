@@ -20,8 +20,7 @@ from flask import current_app
 from sqlalchemy import select
 
 from webui.auth.ldap import LdapUnavailable
-from webui.auth.ldap import close
-from webui.auth.ldap import server
+from webui.auth.ldap import service_connection
 from webui.extensions import db
 from webui.models import utcnow
 from webui.notifications.models import Notification
@@ -29,7 +28,6 @@ from webui.notifications.models import Notification
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import ldap3  # type: ignore[import-untyped]
-    from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
     from ldap3.utils.dn import escape_rdn  # type: ignore[import-untyped]
 
 #: at most this many mails per check (the rest wait for the next one)
@@ -83,31 +81,11 @@ def address_of(config: Mapping[str, Any], username: str) -> str | None:
 
 
 def _ldap_mail(config: Mapping[str, Any], username: str, attribute: str) -> str | None:
-    bind_dn = config.get("LDAP_BIND_DN") or None
-    conn = ldap3.Connection(
-        server(config),
-        user=bind_dn,
-        password=config.get("LDAP_BIND_PASSWORD") if bind_dn else None,
-        auto_bind=ldap3.AUTO_BIND_NONE,
-        receive_timeout=int(config["LDAP_TIMEOUT_SECONDS"]),
-        raise_exceptions=False,
-        read_only=True,
-    )
     dn = str(config["LDAP_USER_DN_TEMPLATE"]).format(username=escape_rdn(username))
-    try:
-        try:
-            conn.open()
-            if config["LDAP_START_TLS"] and not conn.start_tls():
-                raise LdapUnavailable("StartTLS failed")
-            if not conn.bind():
-                raise LdapUnavailable(f"bind failed: {conn.result.get('description') if conn.result else '?'}")
-            if not conn.search(dn, "(objectClass=*)", search_scope=ldap3.BASE, attributes=[attribute]):
-                return None
-        except LDAPException as exc:
-            raise LdapUnavailable(str(exc)) from exc
+    with service_connection(config) as conn:
+        if not conn.search(dn, "(objectClass=*)", search_scope=ldap3.BASE, attributes=[attribute]):
+            return None
         return _first_mail(conn.response, attribute)
-    finally:
-        close(conn)
 
 
 def _first_mail(response: Any, attribute: str) -> str | None:
