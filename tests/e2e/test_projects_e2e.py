@@ -4,9 +4,9 @@
 The demo's inventory makes alice the manager (the Slurm coordinator) of the ``research`` project, whose members are
 alice and bob. bob runs a plain ``sbatch --account=research --gres=gpu:1``; then
 
-* alice's Projects page lists ``research`` with both members and a Report link; the report for the job's month lists
-  bob's job as ``sbatch`` and its CSV gives the GPU-hours that ``sacct`` shows for it (GPUs of AllocTRES x
-  ElapsedRaw), and the account's coordinators in Slurm are the managers shown;
+* alice's Projects page lists ``research`` with both members and a Report link; the report for the month lists bob's
+  1-GPU portal session (``portal``) and his job (``sbatch``), and its CSV gives the GPU-hours that ``sacct`` shows for
+  each (GPUs of AllocTRES x ElapsedRaw), and the account's coordinators in Slurm are the managers shown;
 * bob sees the project, no Report link, and the report (HTML and CSV) is 403 for him.
 
 Bounded: one 15-s job; the report is read again until slurmdbd's record is in it (the portal reads an account's jobs
@@ -24,9 +24,11 @@ import pytest
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import goto_until
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
+from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +55,27 @@ def bobs_gpu_job() -> tuple[int, str]:
     return job, month
 
 
+def bobs_gpu_session(demo: Demo) -> int:
+    """bob's 1-GPU JupyterLab session charged to research, started in the portal, ready, then ended: its job id."""
+    page, _ = login(demo, "bob")
+    try:
+        form = {"app": "jupyterlab", "image": "jupyter", "gpus": 1, "time_minutes": 10, "project": "research"}
+        started = page.context.request.post(f"{BASE}/api/sessions", data=form, headers=csrf_headers(page.context))
+        assert started.status == 201, started.text()
+        job = int(started.json()["job_id"])
+        wait_session_ready(page.context.request, job)
+        on_head("scancel", str(job))
+    finally:
+        page.context.close()
+    deadline = time.monotonic() + 120
+    while (state := on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.strip()) in (
+        "", "PENDING", "RUNNING", "COMPLETING"
+    ):  # fmt: skip
+        assert time.monotonic() < deadline, f"bob's session {job} did not end: {state}"
+        time.sleep(3)
+    return job
+
+
 def sacct_gpu_hours(job: int) -> float:
     tres, elapsed = (
         on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AllocTRES,ElapsedRaw").stdout.strip().split("|")
@@ -67,12 +90,13 @@ def csv_rows(api: Any, month: str) -> dict[str, dict[str, str]]:
     return {r["job_id"]: r for r in csv.DictReader(io.StringIO(resp.text()))}
 
 
-def test_a_manager_sees_bobs_sbatch_job_in_the_report_and_its_csv_matches_sacct(demo: Demo) -> None:
+def test_a_manager_sees_bobs_session_and_sbatch_job_in_the_report_and_its_csv_matches_sacct(demo: Demo) -> None:
     coords = on_head("sacctmgr", "-n", "-P", "show", "account", "research", "withcoord", "format=coordinators")
     assert coords.stdout.strip() == "alice", coords.stdout
+    session = bobs_gpu_session(demo)
     job, month = bobs_gpu_job()
-    want = sacct_gpu_hours(job)
-    assert want > 0
+    want = {str(job): sacct_gpu_hours(job), str(session): sacct_gpu_hours(session)}
+    assert all(hours > 0 for hours in want.values()), want
 
     page, _ = login(demo, "alice")
     page.goto(f"{BASE}/projects/")
@@ -82,14 +106,17 @@ def test_a_manager_sees_bobs_sbatch_job_in_the_report_and_its_csv_matches_sacct(
     api = page.context.request
     deadline = time.monotonic() + REPORT_TIMEOUT_S
     while True:
-        got = csv_rows(api, month).get(str(job))
-        if got and abs(float(got["gpu_hours"]) - want) < 1e-4:
+        rows = csv_rows(api, month)
+        got = {j: rows.get(j) for j in want}
+        if all(r and abs(float(r["gpu_hours"]) - want[j]) < 1e-4 for j, r in got.items()):
             break
-        assert time.monotonic() < deadline, f"job {job} ({want:.6f} GPU-hours in sacct) not in the CSV: {got}"
+        assert time.monotonic() < deadline, f"jobs with sacct's GPU-hours {want} not in the CSV: {got}"
         time.sleep(5)
-    assert got["user"] == "bob" and got["source"] == "sbatch" and got["gpus"] == "1", got
+    sources = {j: (r["user"], r["source"], r["gpus"]) for j, r in got.items() if r}
+    assert sources == {str(job): ("bob", "sbatch", "1"), str(session): ("bob", "portal", "1")}, sources
     page.goto(f"{BASE}/projects/research/report?month={month}")
     assert page.locator(f'tr[data-job="{job}"] td.source').inner_text() == "sbatch"
+    assert page.locator(f'tr[data-job="{session}"] td.source').inner_text() == "portal"
     demo.steps.shot(page, "alice-project-report")
 
     bob, _ = login(demo, "bob")
