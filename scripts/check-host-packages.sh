@@ -16,6 +16,7 @@ programs=(
   /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so /usr/lib/x86_64-linux-gnu/slurm-wlm/accounting_storage_mysql.so
   /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/sbin/slapd /usr/bin/ldapsearch /usr/sbin/slappasswd
   /usr/sbin/sshd /usr/lib/x86_64-linux-gnu/libnss_myhostname.so.2
+  /usr/bin/dpkg-scanpackages /usr/bin/openssl /usr/bin/ssh-keygen /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 )
 
 # What apt would install on a pristine Debian 12 host (the "required" packages and their dependencies, as in
