@@ -14,9 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
+
 from carme_runtime.gpu_hours import month_bounds
 from webui.auth.logins import CurrentUser
+from webui.extensions import db
 from webui.forms import FieldError
+from webui.models import PortalSession
 from webui.projects.terms import Terms
 from webui.projects.terms import terms_of
 from webui.slurm.errors import SlurmError
@@ -60,6 +64,13 @@ class Report:
     project: SlurmProject
     month: str
     jobs: list[AccountJob]
+    #: the jobs among them that are the portal's sessions (its own records)
+    portal_jobs: frozenset[int] = frozenset()
+
+    def source(self, job: AccountJob) -> str:
+        """``portal`` for one of the portal's sessions (its records, else the launcher's comment where the accounting
+        keeps comments), else ``sbatch``."""
+        return "portal" if job.job_id in self.portal_jobs or job.comment.startswith("carme:") else "sbatch"
 
     @property
     def by_member(self) -> list[MemberUse]:
@@ -128,7 +139,10 @@ def find_project(name: str) -> SlurmProject | None:
 
 
 def project_report(project: SlurmProject, month: str) -> Report:
-    return Report(project, month, _jobs(project.name, month))
+    jobs = _jobs(project.name, month)
+    ids = [j.job_id for j in jobs] or [-1]
+    ours: list[int] = list(db.session.scalars(select(PortalSession.job_id).where(PortalSession.job_id.in_(ids))))
+    return Report(project, month, jobs, frozenset(ours))
 
 
 CSV_COLUMNS = ("job_id", "user", "name", "source", "state", "start_utc", "end_utc", "gpus", "gpu_hours")
@@ -139,11 +153,6 @@ def utc_text(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if epoch else ""
 
 
-def source_of(job: AccountJob) -> str:
-    """``portal`` for a session the portal's launcher started (its comment), else ``sbatch``."""
-    return "portal" if job.comment.startswith("carme:") else "sbatch"
-
-
 def report_csv(report: Report) -> str:
     """One row per job (GPU-hours inside the month, 6 decimals); a cell that a spreadsheet would run as a formula is
     prefixed with ``'``."""
@@ -151,7 +160,8 @@ def report_csv(report: Report) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for j in report.jobs:
-        row = [j.job_id, j.user, j.name, source_of(j), j.state, utc_text(j.start_time), utc_text(j.end_time), j.gpus]
+        when = (utc_text(j.start_time), utc_text(j.end_time))
+        row = [j.job_id, j.user, j.name, report.source(j), j.state, *when, j.gpus]
         writer.writerow([*(_cell(v) for v in row), f"{j.gpu_hours:.6f}"])
     return out.getvalue()
 

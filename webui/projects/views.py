@@ -62,7 +62,6 @@ def report(name: str, as_csv: bool = False) -> Response | str:
     return render_template(
         "projects/report.html",
         report=found,
-        source_of=service.source_of,
         utc=service.utc_text,
         requests=allocations.requests_of(project.name),
         terms=terms_of(project),
