@@ -31,6 +31,7 @@ from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
 from tests.fixtures.demo import start_jupyterlab
+from tests.fixtures.demo import wait_job_end
 from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
@@ -113,10 +114,7 @@ def test_a_mail_arrives_when_a_project_passes_80_percent(demo: Demo, smtp_on_hea
         proc = on_head(*argv)
         assert proc.returncode == 0, proc.stderr
         job = proc.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + 240
-        while (state := on_head("sacct", "-X", "-n", "-P", "-j", job, "-o", "State").stdout.strip()) != "COMPLETED":
-            assert time.monotonic() < deadline and state in ("", "PENDING", "RUNNING", "COMPLETING"), state
-            time.sleep(5)
+        assert (state := wait_job_end(job, 240, poll_s=5)) == "COMPLETED", state
         mail = wait_mail(smtp_on_head, BOB, f"[Carme] Project {name} has used 80 % of its GPU budget")
         assert "0.03 GPU-hours used in" in mail["data"]  # of the budget: 2 GPU-minutes
     finally:

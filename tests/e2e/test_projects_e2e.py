@@ -28,6 +28,7 @@ from tests.fixtures.demo import csrf_headers
 from tests.fixtures.demo import goto_until
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
+from tests.fixtures.demo import wait_job_end
 from tests.fixtures.demo import wait_session_ready
 
 pytestmark = pytest.mark.e2e
@@ -42,15 +43,7 @@ def bobs_gpu_job() -> tuple[int, str]:
     proc = on_head(*argv)
     assert proc.returncode == 0, proc.stderr
     job = int(proc.stdout.strip().split(";")[0])
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        state = on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.strip()
-        if state == "COMPLETED":
-            break
-        assert state in ("", "PENDING", "RUNNING", "COMPLETING"), state
-        time.sleep(3)
-    else:
-        pytest.fail(f"bob's job {job} did not complete: {state}")
+    assert (state := wait_job_end(job, 180)) == "COMPLETED", f"bob's job {job} did not complete: {state}"
     month = on_head("env", "TZ=UTC", "sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Start").stdout.strip()[:7]
     return job, month
 
@@ -67,12 +60,7 @@ def bobs_gpu_session(demo: Demo) -> int:
         on_head("scancel", str(job))
     finally:
         page.context.close()
-    deadline = time.monotonic() + 120
-    while (state := on_head("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.strip()) in (
-        "", "PENDING", "RUNNING", "COMPLETING"
-    ):  # fmt: skip
-        assert time.monotonic() < deadline, f"bob's session {job} did not end: {state}"
-        time.sleep(3)
+    wait_job_end(job, 120)
     return job
 
 
@@ -199,10 +187,7 @@ def test_carol_creates_a_project_alice_adds_bob_and_his_plain_sbatch_runs_in_it(
         proc = on_head(*argv)
         assert proc.returncode == 0, proc.stderr
         job = proc.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + 120
-        while (state := on_head("sacct", "-X", "-n", "-P", "-j", job, "-o", "State").stdout.strip()) != "COMPLETED":
-            assert time.monotonic() < deadline and state in ("", "PENDING", "RUNNING", "COMPLETING"), state
-            time.sleep(3)
+        assert (state := wait_job_end(job, 120)) == "COMPLETED", state
 
         # alice asks for 20 GPU-hours a month, carol approves: Slurm's budget of the account follows
         form = alice.locator("#request-allocation")
