@@ -9,14 +9,15 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SCENARIOS ?= $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml))
 MOLECULE_LOCK := /tmp/carme-molecule.lock
-# The Debian release of the node image, the demo and Molecule's cluster scenario: bookworm (Debian 12, the default)
-# or trixie (Debian 13), e.g. `CARME_RELEASE=trixie make image`. The scripts and `carme demo` read both variables.
-export CARME_RELEASE ?= bookworm
+# The Debian release of the node image, the demo and the Molecule scenarios: trixie (Debian 13, the default, named in
+# images/node/default-release) or bookworm (Debian 12), e.g. `CARME_RELEASE=bookworm make demo`. The scripts and
+# `carme demo` read both variables.
+export CARME_RELEASE ?= $(shell cat images/node/default-release)
 export CARME_NODE_IMAGE ?= localhost/carme-node:$(if $(filter trixie,$(CARME_RELEASE)),debian13,debian12)
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie test-site axe host image wheelhouse venv bench clean
+.PHONY: app-bundles debian12-parts session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie test-site axe host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
@@ -31,8 +32,17 @@ session-images: app-bundles
 	bash scripts/session-images.sh
 
 # Apps the demo installs from an archive (code-server, built from npm once per version; cached with the wheels).
-# Only the demo needs them, so they are built on its line of `make test`, not in the shared setup.
-app-bundles:
+# Only the demo needs them, so they are built on its line of `make test`, not in the shared setup. The session images
+# are Debian 12 (images/session/base.def) whatever the nodes run: on another release they need Debian 12's parts.
+app-bundles: $(if $(filter bookworm,$(CARME_RELEASE)),,debian12-parts)
+	bash scripts/code-server-bundle.sh
+
+# Debian 12's node image, its Python's wheels and its code-server build, on another release too: for the session
+# images (Debian 12) and Molecule's Debian 12 smoke set. Each built once per recipe or content.
+debian12-parts:
+	export CARME_RELEASE=bookworm CARME_NODE_IMAGE=$(DEBIAN12_IMAGE)
+	bash images/node/build.sh
+	bash scripts/wheelhouse.sh
 	bash scripts/code-server-bundle.sh
 
 demo-down: venv
@@ -157,11 +167,22 @@ test-site: $(PREPARE) ## the site scenario alone: SSH, sudo, vault, site CA, off
 axe:
 	bash scripts/axe.sh
 
-molecule: $(PREPARE) ## every Molecule scenario, one after another
-	for s in $(SCENARIOS); do
-	  echo "=== molecule scenario $$s"
-	  flock $(MOLECULE_LOCK) molecule test -s $$s
-	done
+# Molecule: the scenarios on the release's image (CARME_NODE_IMAGE), one after another; containers and slurm_external
+# name Debian 12's image. On another release than bookworm, the Debian 12 smoke set follows: SMOKE12 (cluster, unless
+# SCENARIOS was given) on Debian 12's image, built here when its recipe changed (`SMOKE12=` leaves it out).
+DEBIAN12_IMAGE := localhost/carme-node:debian12
+DEBIAN12_SCENARIOS := containers slurm_external
+SMOKE12 ?= $(if $(filter bookworm,$(CARME_RELEASE))$(filter command line,$(origin SCENARIOS)),,cluster)
+molecule: $(PREPARE) ## every Molecule scenario, one after another (and the Debian 12 smoke set)
+	scenario() {
+	  echo "=== molecule scenario $$1 on $$2"
+	  CARME_NODE_IMAGE=$$2 flock $(MOLECULE_LOCK) molecule test -s $$1
+	}
+	for s in $(filter-out $(DEBIAN12_SCENARIOS),$(SCENARIOS)); do scenario $$s $(CARME_NODE_IMAGE); done
+	twelve="$(strip $(filter $(DEBIAN12_SCENARIOS),$(SCENARIOS)) $(SMOKE12))"
+	[ -n "$$twelve" ] || exit 0
+	[ "$(CARME_NODE_IMAGE)" = $(DEBIAN12_IMAGE) ] || $(MAKE) --no-print-directory debian12-parts
+	for s in $$twelve; do scenario $$s $(DEBIAN12_IMAGE); done
 
 # every benchmark on the demo (brought up first when it is not), bounded (under 20 min): bench/results/<date>.{json,md}
 bench: venv

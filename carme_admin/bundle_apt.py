@@ -17,6 +17,8 @@ import hashlib
 import re
 import shutil
 import subprocess
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+FETCH_TRIES = 3
+FETCH_PAUSE_S = 2.0
 # apt prints no hash for some suites' packages (seen for bookworm-security): those lines end after the size, and the
 # hash is read from the package's own record (apt-cache show), never left out
 URI_LINE = re.compile(r"^'(?P<url>[^']+)' (?P<file>\S+) (?P<size>\d+)(?: (?P<algo>[A-Za-z0-9]+):(?P<hash>[0-9a-f]+))?$")
@@ -113,7 +117,20 @@ class PrivateApt:
         return found
 
 
-def _fetch(uri: Uri, dest: Path) -> None:
+def _fetch(uri: Uri, dest: Path, tries: int = FETCH_TRIES) -> None:
+    """Download one file, checked against the index; a network error (a name that did not resolve for a moment,
+    seen under load on the test bed, a reset connection) is tried again after a pause, up to ``tries`` times."""
+    for attempt in range(1, tries + 1):
+        try:
+            _fetch_once(uri, dest)
+            return
+        except (urllib.error.URLError, OSError):
+            if attempt == tries:
+                raise
+            time.sleep(FETCH_PAUSE_S * attempt)
+
+
+def _fetch_once(uri: Uri, dest: Path) -> None:
     target = dest / uri.filename
     digest = hashlib.new(HASHES.get(uri.algo, uri.algo.lower()))
     with urllib.request.urlopen(uri.url, timeout=60) as response, target.open("wb") as out:

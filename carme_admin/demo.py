@@ -24,8 +24,8 @@ DEMO_NODES = ("carme-demo-head", "carme-demo-node1", "carme-demo-node2")
 HEAD = "carme-demo-head"
 #: CARME_RELEASE (the one variable that picks the demo's Debian release) -> the node image's tag (images/node/build.sh)
 RELEASE_TAGS = {"bookworm": "debian12", "trixie": "debian13"}
-DEFAULT_RELEASE = "bookworm"
-DEFAULT_IMAGE = "localhost/carme-node:debian12"
+#: the default release, named once for the scripts, the Makefile and this module (images/node/default-release)
+DEFAULT_RELEASE_FILE = Path(__file__).resolve().parent.parent / "images/node/default-release"
 #: podman --security-opt for the demo nodes per release: Apptainer (Debian 13 nodes) mounts a fresh /proc in a user
 #: namespace, which the kernel refuses while podman masks parts of /proc; nothing more privileged than the unmask
 RELEASE_SECURITY_OPTS: dict[str, tuple[str, ...]] = {"bookworm": (), "trixie": ("unmask=ALL",)}
@@ -104,9 +104,13 @@ def apps_port(inventory: Path) -> int:
     return DEFAULT_APPS_PORT
 
 
+def default_release() -> str:
+    return DEFAULT_RELEASE_FILE.read_text(encoding="utf-8").strip()
+
+
 def release(env: Mapping[str, str] | None = None) -> str:
-    """The demo's Debian release from CARME_RELEASE (bookworm when unset); ValueError for an unknown one."""
-    value = (os.environ if env is None else env).get("CARME_RELEASE", "").strip() or DEFAULT_RELEASE
+    """The demo's Debian release from CARME_RELEASE (the default release when unset); ValueError for an unknown one."""
+    value = (os.environ if env is None else env).get("CARME_RELEASE", "").strip() or default_release()
     if value not in RELEASE_TAGS:
         raise ValueError(f"CARME_RELEASE must be one of {', '.join(sorted(RELEASE_TAGS))}, not {value!r}")
     return value

@@ -28,7 +28,7 @@ doc = yaml.safe_load(open(sys.argv[1], encoding="utf-8")) or {}
 print(next(a for a in doc.get("carme_runtime_archives") or [] if a["name"] == "code-server")["version"])
 PYEOF
 )
-case ${CARME_RELEASE:-bookworm} in
+case ${CARME_RELEASE:-$(cat "$top/images/node/default-release")} in
   bookworm) build=debian12-node18 NODE_MAJOR=18 tag=debian12 ;;
   trixie) build=debian13-node20 NODE_MAJOR=20 tag=debian13 ;;
   *) echo "code-server: unknown CARME_RELEASE ${CARME_RELEASE} (bookworm or trixie)" >&2; exit 2 ;;

@@ -4,7 +4,7 @@
 # run by `make image`, so before `make demo` and before every Molecule scenario.
 # A failure names the cause and the fix. Everything it creates is removed, whatever happens.
 set -euo pipefail
-IMAGE=${CARME_NODE_IMAGE:-localhost/carme-node:debian12}
+IMAGE=${CARME_NODE_IMAGE:-localhost/carme-node:debian13}
 tag="carme-netcheck-$$"
 net=$tag; a=$tag-a; b=$tag-b
 cleanup() {

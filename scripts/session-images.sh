@@ -27,7 +27,7 @@ for name in "${@:-base}"; do
   echo "$recipe" > "$stamp"
   echo "session image $name built in $(( $(date +%s) - start )) s"
 done
-if [ "${CARME_RELEASE:-bookworm}" = trixie ]; then
+if [ "${CARME_RELEASE:-$(cat "$repo/images/node/default-release")}" = trixie ]; then
   base=$(bash "$repo/scripts/image-base.sh" | tail -1)
   rc=0; (cd "$repo" && "$py" -m carme_admin.sif_cache "$dest/apptainer" "$base") || rc=$?
   if [ "$rc" = 2 ]; then

@@ -12,7 +12,7 @@ PY=${PY:-$top/.venv/bin/python}
 cache=${CARME_WHEELHOUSE_CACHE:-/var/cache/carme/wheelhouse}
 link=$top/.cache/wheelhouse
 
-IMAGE=${CARME_NODE_IMAGE:-localhost/carme-node:debian12}
+IMAGE=${CARME_NODE_IMAGE:-localhost/carme-node:debian13}
 
 # The nodes' Python (Debian's), not this host's: wheels are chosen for it (a package may need a newer 3.11.x).
 node_py=$(podman run --rm --entrypoint python3 "$IMAGE" -c 'import platform; print(platform.python_version())')

@@ -2,11 +2,12 @@
 # Build the systemd node image used by the Molecule scenarios and the demo cluster: localhost/carme-node.
 # debootstrap from this host's configured apt sources (copied into the image, never a mirror name in the repo),
 # plus this host's extra CA certificates. Rebuilt only when this recipe changes (label carme.recipe).
-# CARME_RELEASE chooses the Debian release: bookworm (default, Debian 12, :debian12) or trixie (Debian 13, :debian13).
+# CARME_RELEASE chooses the Debian release: trixie (Debian 13, :debian13; the default, from default-release) or
+# bookworm (Debian 12, :debian12).
 # packages.txt is every release's list; packages-<release>.txt adds that release's own (NAME/sid: from Debian unstable).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-SUITE=${CARME_RELEASE:-bookworm}
+SUITE=${CARME_RELEASE:-$(cat "$here/default-release")}
 case $SUITE in
   bookworm) tag=debian12 ;;
   trixie) tag=debian13 ;;
@@ -17,6 +18,10 @@ case $IMAGE in
   *:debian12 | *:debian13) [ "${IMAGE##*:}" = "$tag" ] \
     || { echo "build.sh: $IMAGE is not a $SUITE image (CARME_RELEASE=$SUITE)" >&2; exit 2; } ;;
 esac
+# one build per image at a time: two lines of `make test` may ask for Debian 12's at once (the second then finds it
+# up to date)
+exec 9> "/var/lock/carme-image-$tag.lock"
+flock 9
 lists=("$here/packages.txt")
 [ -f "$here/packages-$SUITE.txt" ] && lists+=("$here/packages-$SUITE.txt")
 

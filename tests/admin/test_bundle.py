@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from carme_admin import bundle
+from carme_admin import bundle_apt
 from tests.roles.harness import REPO_ROOT
 
 ROLES = REPO_ROOT / "roles"
@@ -172,7 +174,6 @@ def test_the_role_renders_the_bundle_as_the_only_source() -> None:
 def test_a_package_apt_prints_without_a_hash_is_kept_with_its_records_hash(tmp_path: Path, monkeypatch: Any) -> None:
     """apt --print-uris gives bookworm-security's packages no hash: they were left out of the bundle (libevent-dev,
     which libpmix-dev needs, was missing on the site scenario's nodes); now their hash comes from apt-cache show."""
-    from carme_admin import bundle_apt
 
     apt = bundle_apt.PrivateApt(tmp_path, "http://m/debian", "bookworm", "amd64")
     printed = {
@@ -186,3 +187,22 @@ def test_a_package_apt_prints_without_a_hash_is_kept_with_its_records_hash(tmp_p
     printed["apt-cache"] = ""
     with pytest.raises(bundle_apt.AptError, match=r"no checksum for libx_1\.0"):
         apt.uris(["libx"])
+
+
+def test_a_download_is_tried_again_after_a_network_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One name that did not resolve for a moment (seen under load here) must not fail a bundle of 400 files."""
+    calls: list[str] = []
+
+    def flaky(uri: bundle_apt.Uri, dest: Path) -> None:
+        calls.append(uri.filename)
+        if len(calls) < 3:
+            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(bundle_apt, "_fetch_once", flaky)
+    monkeypatch.setattr(bundle_apt, "FETCH_PAUSE_S", 0.0)
+    uri = bundle_apt.Uri(url="http://m/debian/pool/a.deb", filename="a.deb", size=1, algo="SHA256", digest="x")
+    bundle_apt._fetch(uri, tmp_path)
+    assert calls == ["a.deb"] * 3
+    calls.clear()
+    with pytest.raises(urllib.error.URLError):
+        bundle_apt._fetch(uri, tmp_path, tries=2)

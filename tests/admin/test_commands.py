@@ -229,7 +229,7 @@ def test_demo_status_without_podman(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_preflight() -> None:
-    image = demo.DEFAULT_IMAGE
+    image = demo.release_image({})
     exists = ("podman", "image", "exists", image)
     assert "podman is not installed" in demo.preflight(image, FakeRunner({}), which=lambda _n: None)
     missing = demo.preflight(image, FakeRunner({exists: (1, "", "")}), which=lambda _n: "/usr/bin/podman")
@@ -239,7 +239,7 @@ def test_preflight() -> None:
 
 
 def test_preflight_wheelhouse(tmp_path: Path) -> None:
-    image = demo.DEFAULT_IMAGE
+    image = demo.release_image({})
     runner = FakeRunner({("podman", "image", "exists", image): (0, "", "")})
     missing = demo.preflight(image, runner, which=lambda _n: "/usr/bin/podman", wheelhouse=tmp_path / "none")
     assert "make wheelhouse" in missing
@@ -263,7 +263,7 @@ def test_https_port_defaults(tmp_path: Path) -> None:
     inventory.write_text("all:\n  vars:\n    demo_nodes_https_port: '{{ some_port }}'\n", encoding="utf-8")
     assert demo.https_port(inventory) == 8443
     assert demo.https_port(tmp_path / "missing.yml") == 8443
-    assert demo.node_image(inventory) == "localhost/carme-node:debian12"
+    assert demo.node_image(inventory, {}) == "localhost/carme-node:debian13"
 
 
 def test_repo_demo_inventory_gives_the_published_port() -> None:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The demo's Debian release is chosen by one variable, CARME_RELEASE: Debian 12 unless it says trixie."""
+"""The demo's Debian release is chosen by one variable, CARME_RELEASE: Debian 13 unless it says bookworm."""
 
 from __future__ import annotations
 
@@ -10,14 +10,20 @@ import pytest
 from carme_admin import demo
 
 
-def test_bookworm_is_the_default(tmp_path: Path) -> None:
+def test_trixie_is_the_default(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yml"
-    assert demo.release({}) == "bookworm"
+    assert demo.release({}) == "trixie" == demo.default_release()
     assert demo.node_vars(inventory, {}) == {
+        "demo_nodes_image": "localhost/carme-node:debian13",
+        "demo_nodes_security_opt": ["unmask=ALL"],
+    }
+
+
+def test_bookworm_gets_the_debian12_image_and_no_unmask(tmp_path: Path) -> None:
+    assert demo.node_vars(tmp_path / "hosts.yml", {"CARME_RELEASE": "bookworm"}) == {
         "demo_nodes_image": "localhost/carme-node:debian12",
         "demo_nodes_security_opt": [],
     }
-    assert demo.release_image({}) == demo.DEFAULT_IMAGE
 
 
 def test_trixie_gets_the_debian13_image_and_only_the_unmask(tmp_path: Path) -> None:

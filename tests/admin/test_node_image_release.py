@@ -23,7 +23,8 @@ def _build(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     [
         ({"CARME_RELEASE": "buster"}, "CARME_RELEASE must be bookworm or trixie"),
         ({"CARME_RELEASE": "trixie", "CARME_NODE_IMAGE": "localhost/carme-node:debian12"}, "is not a trixie image"),
-        ({"CARME_NODE_IMAGE": "localhost/carme-node:debian13"}, "is not a bookworm image"),
+        ({"CARME_NODE_IMAGE": "localhost/carme-node:debian12"}, "is not a trixie image"),  # the default release
+        ({"CARME_RELEASE": "bookworm", "CARME_NODE_IMAGE": "localhost/carme-node:debian13"}, "is not a bookworm image"),
     ],
 )
 def test_a_release_that_does_not_fit_is_refused(env: dict[str, str], message: str) -> None:

@@ -25,8 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from carme_admin import demo
+
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("CARME_NODE_IMAGE", "localhost/carme-node:debian12")
+RELEASE = demo.release()  # CARME_RELEASE, else the default release (images/node/default-release)
+IMAGE = demo.release_image()
 NETWORK = "carme-site"
 VOLUME = "carme-site-home"
 LABEL = "carme.site=true"
@@ -34,7 +37,7 @@ HEAD = "carme-site-head"
 NODES = (HEAD, "carme-site-node1")
 CONTROLLER = "carme-ctl"
 WORK = Path(os.environ.get("CARME_SITE_WORK", "/var/tmp/carme-site-ctl"))  # the controller's files (0700)
-BUNDLE = Path(os.environ.get("CARME_SITE_BUNDLE", "/var/tmp/carme-site-bundle-bookworm"))  # make test-site: SITE_BUNDLE
+BUNDLE = Path(os.environ.get("CARME_SITE_BUNDLE", f"/var/tmp/carme-site-bundle-{RELEASE}"))  # make: SITE_BUNDLE
 BUNDLE_ON_NODE = "/srv/carme-bundle"
 DEPLOY_USER = "deploy"
 #: the checkout's virtualenv runs a Python under /root, which the controller account cannot execute: it runs the

@@ -33,7 +33,8 @@ USER = "alice"  # the example's first user (group_vars/all/users.yml)
 
 
 #: docs/site-guide.md's example values -> the scenario's (tests/site/guide.py): no login nodes, one GPU node, storage
-#: that exists already (no BeeGFS packages here), Charliecloud (the Debian 12 nodes' runtime)
+#: that exists already (no BeeGFS packages here), Charliecloud (in the bundle on both releases; Apptainer is in Debian
+#: unstable only, a source the offline bundle does not carry)
 GUIDE_VALUES = {
     "sites/hpc": str(SITE),
     "head01": bed.HEAD,
@@ -43,6 +44,7 @@ GUIDE_VALUES = {
     "beegfs": "existing",
     "apptainer": "charliecloud",
     "/srv/carme-bundle": str(bed.BUNDLE),
+    "trixie": bed.RELEASE,  # the guide's release (bundle build, verify): the scenario's
 }
 
 
