@@ -31,6 +31,7 @@ from .conftest import FakeReservations
 from .conftest import FakeScheduler
 from .conftest import log_in_as
 from .conftest import post
+from .test_multinode import two_nodes
 from .test_reservations import form
 
 UTC = dt.UTC
@@ -62,7 +63,11 @@ def test_from_23_02_a_one_node_request_reserves_its_gpus_and_cpus() -> None:
         assert argv[-3:] == ["Users=alice", "TRES=cpu=16,gres/gpu=2", "PartitionName=interactive"]
         assert not [a for a in argv if a.startswith("NodeCnt=")]
     assert "TRES=gres/gpu=2" in create_argv(spec(gpus=2), now=START, version=(24, 11))  # cpus unknown: Slurm picks
-    assert "NodeCnt=2" in create_argv(spec(gpus=2, nodes=2), now=START, version=(24, 11))  # multi-node: whole nodes
+    # several nodes: NodeCnt with the same TRES (all nodes' GPUs), never whole nodes, which 24.11 let overlap another
+    # reservation's GPU (measured on the Debian 13 demo)
+    several = ReservationSpec("carme-bob-4", "bob", START, END, 2, "interactive", gpus=4, cpus=2)
+    assert create_argv(several, now=START, version=(24, 11))[-3:] == ["NodeCnt=2", "TRES=cpu=2,gres/gpu=4",
+                                                                      "PartitionName=interactive"]  # fmt: skip
     assert "NodeCnt=1" in create_argv(spec(gpus=2), now=START, version=(23, 1))
 
 
@@ -184,6 +189,7 @@ def test_a_session_in_a_gpu_reservation_fits_it_or_is_told_why(
     fake_reservations.items["carme-alice-7"] = Reservation(
         "carme-alice-7", now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
         nodes=("gpu01",), node_count=1, partition="gpu", gpus=1, cpus=2)  # fmt: skip
+    two_nodes(app, fake_scheduler)  # a session may have two nodes: not in this reservation
     log_in_as(app, client, "alice")
     session = {
         "app": "jupyterlab",
@@ -196,7 +202,8 @@ def test_a_session_in_a_gpu_reservation_fits_it_or_is_told_why(
     assert resp.status_code == 302, resp.get_data(as_text=True)
     assert fake_scheduler.submitted[-1][2]["job"]["cpus_per_task"] == 2
     for field, value, words in [("cpus", "3", "CPUs: reservation carme-alice-7 holds 2 CPU(s)"),
-                                ("gpus", "2", "GPUs: reservation carme-alice-7 holds 1 GPU(s)")]:  # fmt: skip
+                                ("gpus", "2", "GPUs: reservation carme-alice-7 holds 1 GPU(s)"),
+                                ("nodes", "2", "reservation carme-alice-7 holds GPUs of 1 node(s)")]:  # fmt: skip
         resp = post(client, "/sessions/new", {**session, field: value})
         assert resp.status_code == 400 and words in resp.get_data(as_text=True), resp.get_data(as_text=True)
     assert len(fake_scheduler.submitted) == 1
@@ -204,3 +211,31 @@ def test_a_session_in_a_gpu_reservation_fits_it_or_is_told_why(
            "start_time": 1_900_000_000, "end_time": 1_900_007_200, "tres": "cpu=2,gres/gpu=1"}  # fmt: skip
     assert (parse_reservation(raw).gpus, parse_reservation(raw).cpus) == (1, 2)
     assert parse_reservation({**raw, "tres": "cpu=8"}).cpus == 0  # a whole node: no CPU cap
+
+
+def test_a_several_node_request_on_24_11_gets_each_nodes_cpu_share_and_needs_every_node() -> None:
+    runner = Scontrol(reserved="cpu=16,gres/gpu=2")  # the stand-in shows NodeCnt=1: one of the two nodes
+    with pytest.raises(SlurmError, match="Requested nodes are busy: Slurm found 1 of the 2 nodes"):
+        reservations(runner).create(spec(gpus=2, nodes=2))
+    created = runner.created()[0]
+    assert created[-3:] == ["NodeCnt=2", "TRES=cpu=16,gres/gpu=2", "PartitionName=interactive"]  # 2 x gpu01's 8
+    assert ["delete", "ReservationName=carme-alice-3"] in runner.calls
+
+
+def test_a_two_node_session_fits_a_two_node_gpu_reservation(
+    app: Flask, client: Any, fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
+) -> None:
+    """2 GPUs and 2 CPUs on two nodes (24.11's NodeCnt=2 with a TRES): 1 GPU per node fits, CPUs per node lowered."""
+    now = dt.datetime.now(dt.UTC)
+    fake_reservations.items["carme-alice-8"] = Reservation(
+        "carme-alice-8", now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
+        nodes=("gpu01", "gpu02"), node_count=2, partition="gpu", gpus=2, cpus=2)  # fmt: skip
+    two_nodes(app, fake_scheduler)
+    log_in_as(app, client, "alice")
+    session = {"app": "jupyterlab", "image": "pytorch", "gpus": "1", "nodes": "2", "time_minutes": "30",
+               "reservation": "carme-alice-8"}  # fmt: skip
+    resp = post(client, "/sessions/new", session)
+    assert resp.status_code == 302, resp.get_data(as_text=True)
+    assert fake_scheduler.submitted[-1][2]["job"]["cpus_per_task"] == 1
+    resp = post(client, "/sessions/new", {**session, "gpus": "2"})
+    assert resp.status_code == 400 and "holds 2 GPU(s)" in resp.get_data(as_text=True)

@@ -11,11 +11,13 @@ GPUs in a reservation's TRES ("TRES type 'gres/gpu' not supported with reservati
 tests/integration/test_reservations.py): a reservation holds whole nodes (``NodeCnt``), and all their GPUs.
 
 Slurm 23.02 and later reserve GPUs (``TRES=cpu=C,gres/gpu=G``). The portal asks ``scontrol --version`` once per process
-(:meth:`SlurmReservations.slurm_version`) and, from 23.02 on, reserves a one-node request's GPUs and the CPUs that go
-with them (:func:`cpu_share`): without ``cpu=`` Slurm 24.11 reserved every core bound to the GPU, all of the node's
-where gres.conf binds GPUs to no cores (tried by hand on the 24.11 test node). What 24.11 makes of the argv is tested
-in tests/integration/test_reservations_trixie.py. Multi-node requests still reserve whole nodes (not tried on 24.11:
-the test node is one node).
+(:meth:`SlurmReservations.slurm_version`) and, from 23.02 on, reserves a request's GPUs and the CPUs that go with them
+(:func:`cpu_share`): without ``cpu=`` Slurm 24.11 reserved every core bound to the GPU, all of the node's where
+gres.conf binds GPUs to no cores (tried by hand on the 24.11 test node). A request for several nodes adds ``NodeCnt``
+to the same TRES (its GPUs are all nodes' together). It must: on the Debian 13 demo, Slurm 24.11 created a whole-node
+``NodeCnt=2`` reservation over a window where another reservation held a GPU and both cores of node1, so both claimed
+them; a TRES with GPUs is refused there ("Requested nodes are busy"). What 24.11 makes of the argv is tested in
+tests/integration/test_reservations_trixie.py and tests/e2e/test_reservations_e2e.py on the Debian 13 demo.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def parse_version(text: str) -> tuple[int, int]:
 
 def reserves_gpus(spec: ReservationSpec, version: tuple[int, int]) -> bool:
     """Whether ``spec`` becomes a GPU reservation on Slurm ``version`` (else whole nodes, as on 22.05)."""
-    return version >= GPU_RESERVATIONS_SINCE and spec.gpus > 0 and spec.node_count == 1
+    return version >= GPU_RESERVATIONS_SINCE and spec.gpus > 0
 
 
 def _epoch(value: int) -> dt.datetime:
@@ -154,7 +156,8 @@ def _slurm_time(when: dt.datetime) -> str:
 
 def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int] = WHOLE_NODES) -> list[str]:
     """The ``scontrol create reservation`` arguments for ``spec`` on Slurm ``version`` (each value checked: no spaces,
-    no ``=``): whole nodes (``NodeCnt``), or from 23.02 on a one-node request's GPUs and CPUs (``TRES``)."""
+    no ``=``): whole nodes (``NodeCnt``), or from 23.02 on the request's GPUs and CPUs (``TRES``, with ``NodeCnt`` for
+    several nodes)."""
     values = [spec.name, spec.user] + ([spec.partition] if spec.partition else [])
     for value in values:
         if not SAFE_VALUE.fullmatch(value):
@@ -170,6 +173,7 @@ def create_argv(spec: ReservationSpec, now: dt.datetime, version: tuple[int, int
     ]
     if reserves_gpus(spec, version):
         cpus = f"cpu={int(spec.cpus)}," if spec.cpus > 0 else ""
+        argv += [f"NodeCnt={int(spec.node_count)}"] if spec.node_count > 1 else []
         argv.append(f"TRES={cpus}gres/gpu={int(spec.gpus)}")
     else:
         argv.append(f"NodeCnt={int(spec.node_count)}")
@@ -231,16 +235,16 @@ def cpu_share(show_node: str, partition: str | None, wanted: int) -> int:
 
 def _shortfall(spec: ReservationSpec, shown: str, *, gpus: bool) -> str:
     """Why the reservation Slurm shows (``scontrol --oneliner show reservation``) is smaller than ``spec``; ""."""
+    found = re.search(r"\bNodeCnt=(\d+)\b", shown)
+    counts = [((int(found.group(1)) if found else 0), spec.node_count, "nodes")]
     if gpus:
         tres = re.search(r"\bTRES=(\S+)", shown)
-        got, wanted, what = (count_gpus(tres.group(1)) if tres else 0), spec.gpus, "GPUs"
-    else:
-        found = re.search(r"\bNodeCnt=(\d+)\b", shown)
-        got, wanted, what = (int(found.group(1)) if found else 0), spec.node_count, "nodes"
-    if got >= wanted:
-        return ""
-    return (f"Requested {what} are busy: Slurm found {got} of the {wanted} {what} asked for free in that window, so "
-            "nothing was reserved")  # fmt: skip
+        counts.insert(0, ((count_gpus(tres.group(1)) if tres else 0), spec.gpus, "GPUs"))
+    for got, wanted, what in counts:
+        if got < wanted:
+            return (f"Requested {what} are busy: Slurm found {got} of the {wanted} {what} asked for free in that "
+                    "window, so nothing was reserved")  # fmt: skip
+    return ""
 
 
 def _flagged(last: ReservationState | None, exc: Exception) -> ReservationState:
@@ -318,8 +322,9 @@ class SlurmReservations:
         reason Slurm gives when it refuses outright. A spec without GPUs reserves whole nodes without asking the
         version."""
         version = self.slurm_version() if spec.gpus > 0 else WHOLE_NODES
-        if reserves_gpus(spec, version):
-            spec = replace(spec, cpus=self.cpu_share(spec.partition, spec.gpus))
+        if reserves_gpus(spec, version):  # each node's share of the GPUs, with its share of that node's CPUs
+            per_node = -(-spec.gpus // spec.node_count)
+            spec = replace(spec, cpus=self.cpu_share(spec.partition, per_node) * spec.node_count)
         out = self._scontrol(create_argv(spec, dt.datetime.now(dt.UTC), version))
         self.invalidate()
         shown = self._scontrol(["--oneliner", "show", "reservation", spec.name])

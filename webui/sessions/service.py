@@ -178,16 +178,18 @@ def _resources(values: Mapping[str, Any], limits: dict[str, Any]) -> tuple[int, 
 
 
 def _within_gpu_reservation(form: Mapping[str, Any], reservation: Reservation, gpus: int, nodes: int, cpus: int) -> int:
-    """A session in a reservation of GPUs (Slurm 23.02+) fits it, or would wait in it forever: at most its GPUs, one
-    node, and its CPUs (a default or a profile's CPUs are lowered to them; a larger number asked for is a 400)."""
-    if gpus > reservation.gpus:
+    """A session in a reservation of GPUs (Slurm 23.02+) fits it, or would wait in it forever: at most its GPUs (per
+    node times nodes), its nodes, and its CPUs (a default or a profile's CPUs per node are lowered to them; a larger
+    number asked for is a 400)."""
+    if nodes > max(1, reservation.node_count):
+        held = f"reservation {reservation.name} holds GPUs of {reservation.node_count} node(s)"
+        raise forms.FieldError("nodes", held)
+    if gpus * nodes > reservation.gpus:
         raise forms.FieldError("gpus", f"reservation {reservation.name} holds {reservation.gpus} GPU(s)")
-    if nodes > 1:
-        raise forms.FieldError("nodes", f"reservation {reservation.name} holds GPUs of one node")
-    if reservation.cpus and cpus > reservation.cpus:
+    if reservation.cpus and cpus * nodes > reservation.cpus:
         if form.get("cpus") not in (None, ""):
             raise forms.FieldError("cpus", f"reservation {reservation.name} holds {reservation.cpus} CPU(s)")
-        return reservation.cpus
+        return max(1, reservation.cpus // nodes)
     return cpus
 
 
