@@ -27,10 +27,22 @@ from .conftest import log_in_as
 from .conftest import make_app
 
 A100 = [
-    {"index": "0", "name": "NVIDIA A100", "utilization": 87.0, "memory_used": 40960 * 1048576,
-     "memory_total": 81920 * 1048576, "temperature": 64.0},
-    {"index": "1", "name": "NVIDIA A100", "utilization": None, "memory_used": 0, "memory_total": 81920 * 1048576,
-     "temperature": 31.0},
+    {
+        "index": "0",
+        "name": "NVIDIA A100",
+        "utilization": 87.0,
+        "memory_used": 40960 * 1048576,
+        "memory_total": 81920 * 1048576,
+        "temperature": 64.0,
+    },
+    {
+        "index": "1",
+        "name": "NVIDIA A100",
+        "utilization": None,
+        "memory_used": 0,
+        "memory_total": 81920 * 1048576,
+        "temperature": 31.0,
+    },
 ]
 
 
@@ -46,8 +58,17 @@ def zabbix() -> Iterator[ZabbixStandIn]:
 
 
 def monitored_app(base_config: dict[str, Any], sched: FakeScheduler, url: str, **extra: Any) -> Flask:
-    return make_app({**base_config, "SCHEDULER": sched, "ZABBIX_URL": url, "ZABBIX_USER": "carme-api",
-                     "ZABBIX_PASSWORD": "api-password-0123456789", "ZABBIX_TIMEOUT_SECONDS": 2, **extra})
+    return make_app(
+        {
+            **base_config,
+            "SCHEDULER": sched,
+            "ZABBIX_URL": url,
+            "ZABBIX_USER": "carme-api",
+            "ZABBIX_PASSWORD": "api-password-0123456789",
+            "ZABBIX_TIMEOUT_SECONDS": 2,
+            **extra,
+        }
+    )
 
 
 def test_admin_sees_every_node_with_values_and_open_problems(
