@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Browser end-to-end test of sessions in an Apptainer SIF on the Debian 13 demo (issue 33, acceptance).
 
-On ``CARME_RELEASE=trixie make demo`` the nodes run Apptainer (roles/apptainer, test-bed source; podman's
+On the default demo (Debian 13, ``make demo``) the nodes run Apptainer (roles/apptainer, test-bed source; podman's
 ``--security-opt unmask=ALL``), and the catalogue's ``base`` is the SIF of ``images/session/base.def``
 (scripts/session-images.sh, carme_admin/sif_cache.py). alice starts JupyterLab in it from the portal; a notebook cell
 prints the image's ``/etc/os-release`` (Debian 12's: the image, not the Debian 13 node), Apptainer's mark
@@ -10,9 +10,9 @@ node answers bob 403 without the session's secret, and JupyterLab has no TCP por
 in alice's 0700 directory, which refuses bob). An altered copy of the SIF, registered by carol with the real SIF's
 digest, makes alice's session fail within seconds, with the reason on her dashboard.
 
-Opt-in: skipped at collection unless the demo's nodes are Debian 13 (the Charliecloud equivalent on Debian 12 is
-``test_containers_e2e.py``). Runs as root on the demo host (``podman exec``, and it writes the altered SIF into
-/var/lib/carme/images/apptainer, which the nodes mount read-only; removed again).
+Skipped at collection unless the demo's nodes are Debian 13 (``CARME_RELEASE=bookworm make demo`` has
+Charliecloud: its equivalent is ``test_containers_e2e.py``). Runs as root on the demo host (``podman exec``, and it
+writes the altered SIF into /var/lib/carme/images/apptainer, which the nodes mount read-only; removed again).
 """
 
 from __future__ import annotations
