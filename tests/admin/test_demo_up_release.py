@@ -30,7 +30,7 @@ def played_extravars(project: Path, state: str, monkeypatch: pytest.MonkeyPatch)
 def test_bookworm_nodes_keep_the_debian12_image_and_no_security_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("CARME_RELEASE", raising=False)
+    monkeypatch.setenv("CARME_RELEASE", "bookworm")
     monkeypatch.delenv("CARME_NODE_IMAGE", raising=False)
     assert played_extravars(tmp_path, "present", monkeypatch) == {
         "demo_nodes_state": "present",
@@ -40,7 +40,7 @@ def test_bookworm_nodes_keep_the_debian12_image_and_no_security_options(
 
 
 def test_trixie_nodes_get_the_debian13_image_and_unmask_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CARME_RELEASE", "trixie")
+    monkeypatch.delenv("CARME_RELEASE", raising=False)  # the default release
     monkeypatch.delenv("CARME_NODE_IMAGE", raising=False)
     extravars = played_extravars(tmp_path, "present", monkeypatch)
     assert extravars["demo_nodes_image"] == "localhost/carme-node:debian13"

@@ -27,7 +27,7 @@ from carme_runtime.runtimes import default_binds
 pytestmark = [pytest.mark.host, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-NODE_IMAGE = os.environ.get("CARME_NODE_IMAGE", "localhost/carme-node:debian12")
+NODE_IMAGE = os.environ.get("CARME_NODE_IMAGE", "localhost/carme-node:debian13")
 SECRET = "ch-secret-" + uuid.uuid4().hex
 UID = 2345
 SOCKET_DIR = "/tmp/carme-41-chtest"
