@@ -55,4 +55,5 @@ def test_exclusive_within_the_limits_runs_with_both_gpus_of_its_node() -> None:
         time.sleep(1)
         fields = job_fields(job)
     assert fields.get("JobState") == "RUNNING", fields
-    assert "gres/gpu=2" in fields.get("TRES", ""), fields
+    # scontrol's TRES= of 22.05 is AllocTRES= on 24.11
+    assert "gres/gpu=2" in fields.get("AllocTRES", fields.get("TRES", "")), fields

@@ -162,7 +162,12 @@ def test_mariadb_stopped_is_a_503_with_a_banner_and_the_portal_recovers(demo: De
     assert health.json()["database"] == "ok"
     response = page.goto(f"{BASE}/")
     assert response is not None and response.status == 200  # the same login, kept in the database
-    assert page.query_selector(".banner") is None
+    # slurmdbd shares MariaDB and reconnects on its own time (Slurm 24.11's took longer than the portal on the Debian
+    # 13 demo): a banner about accounting may stay a little longer than the database's
+    while (banner := page.query_selector(".banner")) is not None:
+        assert time.monotonic() < deadline + 60, f"a banner 60 s after the database: {banner.inner_text()}"
+        time.sleep(3)
+        page.goto(f"{BASE}/")
     assert api.get(f"{BASE}/api/sessions").status == 200
     demo.steps.shot(page, "alice-dashboard-mariadb-back")
     page.context.close()
