@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +34,10 @@ from tests.e2e.test_promises_proxy_e2e import comment_fields
 from tests.e2e.test_promises_proxy_e2e import node_of
 from tests.e2e.test_promises_proxy_e2e import on_node
 from tests.fixtures.demo import BASE
-from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import AliceSession
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import alice_session
+from tests.fixtures.demo import demo_debian_version
 from tests.fixtures.demo import fill_start_form
 from tests.fixtures.demo import job_comment
 from tests.fixtures.demo import login
@@ -54,18 +53,8 @@ REF = Path(os.environ.get("CARME_E2E_SIF_REF", "/var/lib/carme/images/apptainer/
 ALTERED = "e2e-altered-sif"
 
 
-def _demo_release() -> str:
-    try:
-        got = subprocess.run(["podman", "exec", f"{NODE_PREFIX}node1", "cat", "/etc/debian_version"],
-                             capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return got.stdout.strip()
-
-
-if not _demo_release().startswith("13"):
-    pytest.skip("opt-in: the Debian 13 demo (CARME_RELEASE=trixie make demo), whose runtime is Apptainer",
-                allow_module_level=True)  # fmt: skip
+if not demo_debian_version().startswith("13"):
+    pytest.skip("the Debian 13 demo (make demo), whose runtime is Apptainer", allow_module_level=True)
 
 pytestmark = pytest.mark.e2e
 

