@@ -215,6 +215,7 @@ class Front:
         self._peers = PeerLimit(peer_limit)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
+        self._connections: set[asyncio.Task[None]] = set()  # each connection's handler, ended when the front stops
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -247,10 +248,19 @@ class Front:
             await self._stopped.wait()
         finally:
             server.close()
+            # the handlers still running close their connections (their finally) instead of being destroyed
+            # pending with the loop, which left sockets to the garbage collector ("unclosed StreamWriter")
+            for task in self._connections:
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
 
     # --- one connection --------------------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
         slot = self._peers.admit(peer_address(writer))
         try:
             if slot is not None:  # else: too many connections without the key from this peer, closed at once
