@@ -181,16 +181,30 @@ def test_on_22_05_the_second_request_finds_the_node_taken(
     assert fake_reservations.created[0].gpus == 1 and [r.gpus for r in fake_reservations.items.values()] == [0]
 
 
+def alice_in_gpu_reservation(
+    app: Flask,
+    client: Any,
+    fake_scheduler: FakeScheduler,
+    fake_reservations: FakeReservations,
+    name: str,
+    nodes: tuple[str, ...],
+    gpus: int,
+) -> None:
+    """alice logged in, her GPU reservation ``name`` (``gpus`` GPUs and 2 CPUs on ``nodes``) running now, and a
+    partition with two nodes where a session may have two."""
+    now = dt.datetime.now(dt.UTC)
+    fake_reservations.items[name] = Reservation(
+        name, now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
+        nodes=nodes, node_count=len(nodes), partition="gpu", gpus=gpus, cpus=2)  # fmt: skip
+    two_nodes(app, fake_scheduler)
+    log_in_as(app, client, "alice")
+
+
 def test_a_session_in_a_gpu_reservation_fits_it_or_is_told_why(
     app: Flask, client: Any, fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
 ) -> None:
     """Slurm 24.11 holds 1 GPU and 2 CPUs for alice: a session asking more would wait in it forever."""
-    now = dt.datetime.now(dt.UTC)
-    fake_reservations.items["carme-alice-7"] = Reservation(
-        "carme-alice-7", now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
-        nodes=("gpu01",), node_count=1, partition="gpu", gpus=1, cpus=2)  # fmt: skip
-    two_nodes(app, fake_scheduler)  # a session may have two nodes: not in this reservation
-    log_in_as(app, client, "alice")
+    alice_in_gpu_reservation(app, client, fake_scheduler, fake_reservations, "carme-alice-7", ("gpu01",), gpus=1)
     session = {
         "app": "jupyterlab",
         "image": "pytorch",
@@ -226,12 +240,8 @@ def test_a_two_node_session_fits_a_two_node_gpu_reservation(
     app: Flask, client: Any, fake_scheduler: FakeScheduler, fake_reservations: FakeReservations
 ) -> None:
     """2 GPUs and 2 CPUs on two nodes (24.11's NodeCnt=2 with a TRES): 1 GPU per node fits, CPUs per node lowered."""
-    now = dt.datetime.now(dt.UTC)
-    fake_reservations.items["carme-alice-8"] = Reservation(
-        "carme-alice-8", now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1), users=("alice",),
-        nodes=("gpu01", "gpu02"), node_count=2, partition="gpu", gpus=2, cpus=2)  # fmt: skip
-    two_nodes(app, fake_scheduler)
-    log_in_as(app, client, "alice")
+    nodes = ("gpu01", "gpu02")
+    alice_in_gpu_reservation(app, client, fake_scheduler, fake_reservations, "carme-alice-8", nodes, gpus=2)
     session = {"app": "jupyterlab", "image": "pytorch", "gpus": "1", "nodes": "2", "time_minutes": "30",
                "reservation": "carme-alice-8"}  # fmt: skip
     resp = post(client, "/sessions/new", session)
