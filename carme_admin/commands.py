@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from typing import TextIO
 
+from carme_admin import backup
 from carme_admin import bundle
 from carme_admin import check
 from carme_admin import demo
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     site.add_parser(commands)
     check.add_parser(commands)
     bundle.add_parser(commands)
+    backup.add_parser(commands)
     return parser
 
 
@@ -150,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "bundle":
             return bundle.cmd_bundle(args)
+        if args.command == "backup":
+            out = _Output(args.json)
+            return out.done(backup.cmd_backup(args, find_project_dir(), lambda run: _play(out, run), out.stream))
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":
@@ -219,6 +224,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         diff=args.diff,
         extravars=extravars,
         extra_args=[*extra_args, *check.vault_args(args.inventory, args.vault_password_file)],
+        deploy_lock=True,  # playbooks/upgrade_preflight.yml refuses while it is held
     )
     out = _Output(args.json)
     return out.done(ExitCode.OK if _play(out, run) else ExitCode.ERROR)

@@ -5,15 +5,21 @@ Inputs go to ansible-runner as keyword arguments only, with ``suppress_env_files
 written to ``<private_data_dir>/env/`` (extra vars may hold secrets, and runner would silently reuse stale
 ``env/extravars`` or ``env/cmdline`` files on the next run). Each run's artifacts (events, stdout, the
 command) land in ``<project>/.artifacts/runner/artifacts/<ident>/``, 0700; the last 10 runs are kept.
+
+A run with ``deploy_lock`` (``carme deploy``) holds ``<project>/.artifacts/deploy.lock`` while ansible runs: its
+pid, start time and command, removed when it ends. ``playbooks/upgrade_preflight.yml`` (run first by ``carme backup``)
+refuses while the pid in it is alive; a file left by a killed deploy names a dead pid and is ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +48,7 @@ class PlaybookRun:
     diff: bool = False
     extravars: Mapping[str, Any] | None = None  # ansible-runner writes them as JSON: any YAML value
     extra_args: Sequence[str] = ()  # passed through to ansible-playbook (`-e @file`, `-e '{json}'`)
+    deploy_lock: bool = False  # hold <project>/.artifacts/deploy.lock while it runs (carme deploy)
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,24 @@ class RunResult:
 
 def artifacts_root(project: Path) -> Path:
     return project / ".artifacts"
+
+
+def deploy_lock_path(project: Path) -> Path:
+    return artifacts_root(project) / "deploy.lock"
+
+
+@contextlib.contextmanager
+def deploy_lock(project: Path) -> Iterator[Path]:
+    """Write the deploy lock for the block; remove it after, if it is still this process's."""
+    path = deploy_lock_path(project)
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    path.write_text(f"{os.getpid()}\n{started}\n{shlex.join(['carme', *sys.argv[1:]])}\n")
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text().split("\n", 1)[0] == str(os.getpid()):
+                path.unlink()
 
 
 def private_data_dir(project: Path) -> Path:
@@ -183,7 +208,8 @@ def run_playbook(run: PlaybookRun, printer: ProgressPrinter) -> RunResult:
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise UsageError(f"ansible-runner is missing: pip install 'carme[admin]' ({exc})") from exc
     prepare_private_data_dir(run.project)
-    runner = ansible_runner.run(event_handler=printer.handle, **kwargs)
+    with deploy_lock(run.project) if run.deploy_lock else contextlib.nullcontext():
+        runner = ansible_runner.run(event_handler=printer.handle, **kwargs)
     artifacts = Path(str(runner.config.artifact_dir))
     status = str(runner.status)
     rc = int(runner.rc) if runner.rc is not None else 1

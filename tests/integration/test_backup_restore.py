@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""`carme backup`'s playbooks against real daemons on this host: playbooks/backup.yml, restore.yml and
+upgrade_preflight.yml run with a local connection on an inventory whose one host is in every group, with
+carme_backup_parts pointing at the host cluster's MariaDB (slurmdbd's real slurm_acct_db and a portal database
+beside it), a copy of slurmctld's StateSaveLocation, and a slapd of the test's own configured through cn=config.
+
+What is proven: the set holds each part with the manifest's sizes and sha256; after accounts, rows, LDAP entries and
+state files were changed or deleted, restore.yml brings each back; a failed part names itself and leaves no manifest;
+restore refuses a file whose sha256 changed; the preflight refuses a drained node (but not one drained for the
+upgrade), a running deploy and too little disk. Not exercised here: stopping and starting the services through
+systemd (no systemd on this host: carme_backup_service_manage is false and the test stops and starts slapd itself;
+slurmdbd keeps running while its database is reloaded).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.hostslurm import HostSlurm
+from tests.fixtures.slapd import SlapdServer
+from tests.fixtures.slapd import cn_config_slapd
+from tests.fixtures.slapd import start_slapd
+from tests.fixtures.slapd import stop_slapd
+from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import _ansible_bin
+from tests.roles.harness import ansible_env
+
+pytestmark = pytest.mark.host
+
+GROUPS = ("slurm_controller", "slurm_dbd", "ldap_server", "portal")
+PORTAL_DB = "h_backup_portal"
+SET = "20261127T150000Z"
+
+
+@dataclass
+class Bed:
+    cluster: HostSlurm
+    ldap: SlapdServer
+    ldap_config: Path
+    ldap_pidfile: Path
+    state: Path
+    root: Path
+
+    @property
+    def backup_dir(self) -> Path:
+        return self.root / "backups"
+
+    def parts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": "slurmdbd", "kind": "mysql", "database": "slurm_acct_db", "services": ["slurmdbd"]},
+            {"name": "slurm-state", "kind": "dir", "path": str(self.state), "services": ["slurmctld"]},
+            {"name": "ldap", "kind": "slapd", "config_dir": str(self.ldap_config), "services": ["slapd"]},
+            {"name": "portal", "kind": "mysql", "database": PORTAL_DB, "services": ["carme-webui.service"]},
+        ]
+
+    def play(self, playbook: str, **extra: Any) -> subprocess.CompletedProcess[str]:
+        inventory = self.root / "hosts.json"
+        inventory.write_text(json.dumps({"all": {"children": {g: {"hosts": {"localhost": None}} for g in GROUPS}}}))
+        variables = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "ansible_become": False,  # root already; no sudo on this host
+            "carme_backup_dir": str(self.backup_dir),
+            "carme_backup_parts": self.parts(),
+            "carme_backup_mysql_socket": str(self.cluster.mysql_socket),
+            "carme_backup_environment": {"SLURM_CONF": str(self.cluster.slurm_conf)},
+            "carme_backup_service_manage": False,
+            "carme_backup_deploy_lock": str(self.root / "deploy.lock"),
+            **extra,
+        }
+        argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / playbook), "-i", str(inventory)]
+        argv += ["-e", json.dumps(variables)]
+        return subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False)
+
+    def sql(self, statement: str, database: str = PORTAL_DB) -> str:
+        argv = ["mariadb", "--no-defaults", f"--socket={self.cluster.mysql_socket}", "-uroot", "-N", "-B", database]
+        proc = subprocess.run([*argv, "-e", statement], capture_output=True, text=True, timeout=60, check=True)
+        return proc.stdout
+
+    def ldap_uids(self) -> list[str]:
+        argv = ["ldapsearch", "-x", "-LLL", "-H", self.ldap.uri, "-D", self.ldap.root_dn, "-w", self.ldap.root_password]
+        argv += ["-b", f"ou=people,{self.ldap.base_dn}", "(uid=*)", "uid"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+        return sorted(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("uid: "))
+
+    def accounts(self) -> set[str]:
+        out = self.cluster.run(["sacctmgr", "-n", "-P", "show", "account", "format=account"]).stdout
+        return set(out.split())
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, int, str]]:
+    """Every file and directory under root: owner, group, mode and the file's sha256."""
+    entries = {}
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        entries[str(path.relative_to(root))] = (st.st_uid, st.st_gid, st.st_mode, digest)
+    return entries
+
+
+@pytest.fixture(scope="module")
+def bed(host_slurm: HostSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    root = tmp_path_factory.mktemp("backup")
+    state = root / "slurmctld-state"
+    subprocess.run(["cp", "-a", str(host_slurm.root / "state"), str(state)], check=True)  # owners kept (slurm)
+    host_slurm.create_database(PORTAL_DB, "h_backup_portal", "h-backup-pw")
+    with cn_config_slapd(root / "ldap") as (server, config_dir, pidfile):
+        bed = Bed(host_slurm, server, config_dir, pidfile, state, root)
+        bed.sql("CREATE TABLE sessions (id INT PRIMARY KEY, owner VARCHAR(32)); "
+                "INSERT INTO sessions VALUES (1, 'alice'), (2, 'bob');")  # fmt: skip
+        yield bed
+    host_slurm.drop_database(PORTAL_DB)
+    host_slurm.run(["sacctmgr", "-i", "delete", "account", "h-backup-gone"], check=False)
+
+
+@pytest.fixture(scope="module")
+def backup_set(bed: Bed) -> dict[str, Any]:
+    run = bed.play("backup.yml", carme_backup_set=SET)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    manifest: dict[str, Any] = json.loads((bed.backup_dir / SET / "manifest.json").read_text())
+    return manifest
+
+
+def test_backup_writes_every_part_and_the_manifest_last(bed: Bed, backup_set: dict[str, Any]) -> None:
+    set_dir = bed.backup_dir / SET
+    files = {p["file"]: p for p in backup_set["parts"]}
+    assert sorted(files) == sorted(
+        ["slurmdbd.sql.gz", "slurm-state.tar.gz", "ldap.0.ldif.gz", "ldap.1.ldif.gz", "portal.sql.gz"]
+    )
+    for name, part in files.items():
+        data = (set_dir / name).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (part["size"], part["sha256"]), name
+        assert (set_dir / name).stat().st_mode & 0o777 == 0o600, name
+    for path in (bed.backup_dir, set_dir):
+        assert path.stat().st_mode & 0o777 == 0o700
+    assert (set_dir / "manifest.json").stat().st_mode & 0o777 == 0o600
+    assert backup_set["complete"] is True and backup_set["set"] == SET
+    assert backup_set["slurm_version"].startswith(("22.05", "24.11")), backup_set["slurm_version"]
+    assert backup_set["debian_version"] == Path("/etc/debian_version").read_text().strip()
+    dump = gzip.decompress((set_dir / "slurmdbd.sql.gz").read_bytes()).decode()
+    assert "CREATE DATABASE" in dump and "acct_table" in dump
+    assert "uid=alice,ou=people" in gzip.decompress((set_dir / "ldap.1.ldif.gz").read_bytes()).decode()
+
+
+def test_restore_brings_back_what_was_changed_or_deleted(bed: Bed, backup_set: dict[str, Any]) -> None:
+    state_before = _tree(bed.state)
+    bed.cluster.sacctmgr("add", "account", "h-backup-gone", "Description=after the backup", "Organization=carme")
+    bed.sql("DELETE FROM sessions WHERE id = 2; CREATE TABLE after_backup (x INT);")
+    ldap_auth = ["-x", "-H", bed.ldap.uri, "-D", bed.ldap.root_dn, "-w", bed.ldap.root_password]
+    subprocess.run(["ldapdelete", *ldap_auth, f"uid=bob,ou=people,{bed.ldap.base_dn}"], check=True, timeout=30)
+    victim = next(p for p in sorted(bed.state.rglob("*")) if p.is_file())
+    victim.unlink()
+    (bed.state / "left-after-backup").write_text("x")
+    assert "h-backup-gone" in bed.accounts() and "bob" not in bed.ldap_uids()
+
+    stop_slapd(bed.ldap_pidfile)  # what carme_backup_service_manage does through systemd on a real host
+    try:
+        run = bed.play("restore.yml", carme_backup_set=SET)
+    finally:
+        start_slapd(["-F", str(bed.ldap_config)], port=int(bed.ldap.uri.rsplit(":", 1)[1]))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "h-backup-gone" not in bed.accounts() and bed.cluster.account in bed.accounts()
+    assert bed.sql("SELECT id, owner FROM sessions ORDER BY id").split() == ["1", "alice", "2", "bob"]
+    assert "after_backup" not in bed.sql("SHOW TABLES").split()
+    assert bed.ldap_uids() == sorted(bed.ldap.users)
+    assert _tree(bed.state) == state_before
+
+
+def test_restore_refuses_a_file_changed_since_the_backup(bed: Bed, backup_set: dict[str, Any]) -> None:
+    copy = bed.backup_dir / "20261127T150001Z"
+    shutil.copytree(bed.backup_dir / SET, copy)
+    with (copy / "portal.sql.gz").open("ab") as fh:
+        fh.write(b"\0")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "set": copy.name}))
+    bed.sql("INSERT INTO sessions VALUES (3, 'carol')")
+    run = bed.play("restore.yml", carme_backup_set=copy.name)
+    assert run.returncode != 0
+    assert "part portal" in run.stdout and "changed (sha256 differs from the manifest)" in run.stdout
+    assert "3" in bed.sql("SELECT id FROM sessions").split()  # nothing was restored
+    bed.sql("DELETE FROM sessions WHERE id = 3")
+
+
+def test_a_failed_part_is_named_and_leaves_no_manifest(bed: Bed) -> None:
+    parts = [*bed.parts()[:1], {"name": "portal", "kind": "mysql", "database": "h_backup_no_such_db"}]
+    run = bed.play("backup.yml", carme_backup_set="h-failed", carme_backup_parts=parts)
+    assert run.returncode != 0
+    assert "backup part portal (mysql) on localhost failed" in run.stdout
+    set_dir = bed.backup_dir / "h-failed"
+    assert (set_dir / "slurmdbd.sql.gz").exists() and not (set_dir / "manifest.json").exists()
+    assert not list(set_dir.glob("*.part"))
+    run = bed.play("restore.yml", carme_backup_set="h-failed")
+    assert run.returncode != 0 and "h-failed/manifest.json" in run.stdout  # an incomplete set is not restored
+
+
+def test_a_complete_set_is_never_written_again(bed: Bed, backup_set: dict[str, Any]) -> None:
+    run = bed.play("backup.yml", carme_backup_set=SET)
+    assert run.returncode != 0 and f"set {SET} is complete already" in run.stdout
+    assert json.loads((bed.backup_dir / SET / "manifest.json").read_text()) == backup_set
+
+
+def test_preflight_refuses_a_drained_node_but_not_carmes_own_drain(bed: Bed) -> None:
+    node = bed.cluster.node
+    try:
+        bed.cluster.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=h-backup broken fan"])
+        run = bed.play("upgrade_preflight.yml")
+        assert run.returncode != 0
+        assert f"Slurm nodes down, drained or failed: {node} (" in run.stdout and "h-backup broken fan" in run.stdout
+        bed.cluster.run(["scontrol", "update", f"nodename={node}", "reason=carme-upgrade: draining for 24.11"])
+        run = bed.play("upgrade_preflight.yml")
+        assert run.returncode == 0, run.stdout[-3000:]
+    finally:
+        bed.cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+def test_preflight_refuses_a_running_deploy_and_too_little_disk(bed: Bed) -> None:
+    lock = bed.root / "deploy.lock"
+    lock.write_text(f"{os.getpid()}\n2026-11-27T15:00:00Z\ncarme deploy\n")
+    run = bed.play("upgrade_preflight.yml")
+    assert run.returncode != 0 and f"a deploy is running (`carme deploy`, pid {os.getpid()}" in run.stdout
+    lock.write_text("999999999\n2026-11-27T15:00:00Z\ncarme deploy\n")  # killed: its pid is gone
+    assert bed.play("upgrade_preflight.yml").returncode == 0
+    run = bed.play("upgrade_preflight.yml", carme_backup_space_factor=10**12)
+    assert run.returncode != 0 and "not enough disk: " in run.stdout and "bytes x 1000000000000" in run.stdout
