@@ -326,8 +326,8 @@ def plan_up(containers: Sequence[Container], ident: str, replace: bool = False) 
         return UpPlan(remove_all=True, note=f"removing the demo of another checkout: {why}")
     dead = [c.name for c in containers if c.state == "running" and not c.alive]
     if dead:
-        # All of them, not only the dead: a recreated node gets a new address, and slurmctld keeps the old
-        # one cached (the node stays "not responding" until slurmctld restarts).
+        # All of them, not only the dead: the daemons start afresh together, after a host restart as after a boot
+        # (each node keeps its fixed address, roles/demo_nodes).
         note = (
             f"podman lists {', '.join(dead)} as running, but nothing runs there (the host was restarted or "
             "restored): recreating the demo's containers; /home is kept and site.yml redeploys them"

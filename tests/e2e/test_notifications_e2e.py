@@ -102,21 +102,21 @@ def test_a_mail_arrives_when_bobs_session_is_ready(demo: Demo, smtp_on_head: Any
 
 
 def test_a_mail_arrives_when_a_project_passes_80_percent(demo: Demo, smtp_on_head: Any) -> None:
-    """A fresh account with a budget of 2 GPU-minutes and bob as its member; his 1-GPU job of 100 s uses 83 %."""
+    """A fresh account with a budget of 1 GPU-minute and bob as its member; his 1-GPU job of 50 s uses 83 %."""
     name = f"notify{int(time.time()) % 100000}"
     try:
         made = on_head("sacctmgr", "-i", "add", "account", name, "Description=e2e notifications",
-                       "GrpTRESMins=gres/gpu=2", "QOS=normal", "DefaultQOS=normal")  # fmt: skip
+                       "GrpTRESMins=gres/gpu=1", "QOS=normal", "DefaultQOS=normal")  # fmt: skip
         assert made.returncode == 0, made.stdout + made.stderr
         assert on_head("sacctmgr", "-i", "add", "user", "bob", f"account={name}").returncode == 0
         argv = ["runuser", "-u", "bob", "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
-                "--mem=100", f"--account={name}", "--gres=gpu:1", "--time=2", "--wrap=sleep 100"]  # fmt: skip
+                "--mem=100", f"--account={name}", "--gres=gpu:1", "--time=1", "--wrap=sleep 50"]  # fmt: skip
         proc = on_head(*argv)
         assert proc.returncode == 0, proc.stderr
         job = proc.stdout.strip().split(";")[0]
         assert (state := wait_job_end(job, 240, poll_s=5)) == "COMPLETED", state
         mail = wait_mail(smtp_on_head, BOB, f"[Carme] Project {name} has used 80 % of its GPU budget")
-        assert "0.03 GPU-hours used in" in mail["data"]  # of the budget: 2 GPU-minutes
+        assert "0.01 of 0.02 GPU-hours used in" in mail["data"]  # 50 s of a budget of 1 GPU-minute
     finally:
         on_head("sacctmgr", "-i", "delete", "user", "bob", f"account={name}")
         on_head("sacctmgr", "-i", "delete", "account", name)
