@@ -143,7 +143,7 @@ e2e: demo ## the browser end-to-end tests against the demo (brought up first); a
 	$(MAKE) --no-print-directory e2e-tests
 
 e2e-tests: venv axe ## the browser end-to-end and reliability tests against the demo as it is (a missing demo fails)
-	CARME_E2E_REQUIRED=1 pytest -m e2e --durations=15 tests/e2e tests/reliability
+	CARME_E2E_REQUIRED=1 pytest -m e2e --durations=30 tests/e2e tests/reliability
 
 # The opt-in Debian 13 tests, not part of `make test`: Slurm 24.11's slurmrestd (the adapter, auto -> v0.0.42) and its
 # GPU limits for whole-node jobs, GPU reservations, and Apptainer; each starts throwaway containers from the trixie node image (build it
