@@ -75,9 +75,10 @@ def test_restore_plan_is_the_hosts_parts_of_a_complete_set() -> None:
         F.carme_backup_host_parts({**manifest, "complete": False}, "head")
 
 
-def test_slapd_files_are_one_per_database_but_the_frontend() -> None:
+def test_slapd_files_are_one_per_database_but_the_frontend_and_monitor() -> None:
     config = ["/c/cn=config/olcDatabase={-1}frontend.ldif", "/c/cn=config/olcDatabase={1}mdb.ldif",
-              "/c/cn=config/olcDatabase={0}config.ldif", "/c/cn=config/olcDatabase={2}mdb.ldif"]  # fmt: skip
+              "/c/cn=config/olcDatabase={0}config.ldif", "/c/cn=config/olcDatabase={2}mdb.ldif",
+              "/c/cn=config/olcDatabase={3}monitor.ldif"]  # fmt: skip
     files = F.carme_backup_slapd_files(config, {"name": "ldap", "config_dir": "/c"})
     assert [(f["file"], f["database"]) for f in files] == [
         ("ldap.0.ldif.gz", 0),

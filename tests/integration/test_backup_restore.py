@@ -5,8 +5,9 @@ carme_backup_parts pointing at the host cluster's MariaDB (slurmdbd's real slurm
 beside it), a copy of slurmctld's StateSaveLocation, and a slapd of the test's own configured through cn=config.
 
 What is proven: the set holds each part with the manifest's sizes and sha256; after accounts, rows, LDAP entries and
-state files were changed or deleted, restore.yml brings each back; a failed part names itself and leaves no manifest;
-restore refuses a file whose sha256 changed; the preflight refuses a drained node (but not one drained for the
+state files were changed or deleted, restore.yml brings each back (slapd's cn=config too when asked); a failed part
+names itself and leaves no manifest; restore refuses a file whose sha256 changed and a set without a manifest; a
+complete set is never written again; the preflight refuses a drained node (but not one drained for the
 upgrade), a running deploy and too little disk. Not exercised here: stopping and starting the services through
 systemd (no systemd on this host: carme_backup_service_manage is false and the test stops and starts slapd itself;
 slurmdbd keeps running while its database is reloaded).
@@ -28,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from carme_admin import commands
+from carme_admin.project import PROJECT_ENV
 from tests.fixtures.hostslurm import HostSlurm
 from tests.fixtures.slapd import SlapdServer
 from tests.fixtures.slapd import cn_config_slapd
@@ -65,10 +68,13 @@ class Bed:
             {"name": "portal", "kind": "mysql", "database": PORTAL_DB, "services": ["carme-webui.service"]},
         ]
 
-    def play(self, playbook: str, **extra: Any) -> subprocess.CompletedProcess[str]:
+    def inventory(self) -> Path:
         inventory = self.root / "hosts.json"
         inventory.write_text(json.dumps({"all": {"children": {g: {"hosts": {"localhost": None}} for g in GROUPS}}}))
-        variables = {
+        return inventory
+
+    def variables(self, **extra: Any) -> dict[str, Any]:
+        return {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
             "ansible_become": False,  # root already; no sudo on this host
@@ -80,8 +86,10 @@ class Bed:
             "carme_backup_deploy_lock": str(self.root / "deploy.lock"),
             **extra,
         }
-        argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / playbook), "-i", str(inventory)]
-        argv += ["-e", json.dumps(variables)]
+
+    def play(self, playbook: str, **extra: Any) -> subprocess.CompletedProcess[str]:
+        argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / playbook), "-i", str(self.inventory())]
+        argv += ["-e", json.dumps(self.variables(**extra))]
         return subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), timeout=300, check=False)
 
     def sql(self, statement: str, database: str = PORTAL_DB) -> str:
@@ -176,6 +184,46 @@ def test_restore_brings_back_what_was_changed_or_deleted(bed: Bed, backup_set: d
     assert "after_backup" not in bed.sql("SHOW TABLES").split()
     assert bed.ldap_uids() == sorted(bed.ldap.users)
     assert _tree(bed.state) == state_before
+
+
+def test_restore_of_ldap_with_its_cn_config(bed: Bed, backup_set: dict[str, Any]) -> None:
+    (bed.ldap_config / "left-after-backup").write_text("x")  # gone once the config directory was rebuilt
+    subprocess.run(["ldapdelete", "-x", "-H", bed.ldap.uri, "-D", bed.ldap.root_dn, "-w", bed.ldap.root_password,
+                    f"uid=carol,ou=people,{bed.ldap.base_dn}"], check=True, timeout=30)  # fmt: skip
+    stop_slapd(bed.ldap_pidfile)
+    try:
+        run = bed.play("restore.yml", carme_backup_set=SET, carme_backup_restore_only=["ldap"],
+                       carme_backup_ldap_restore_config=True)  # fmt: skip
+    finally:
+        start_slapd(["-F", str(bed.ldap_config)], port=int(bed.ldap.uri.rsplit(":", 1)[1]))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert not (bed.ldap_config / "left-after-backup").exists()
+    assert (bed.ldap_config / "cn=config" / "olcDatabase={1}mdb.ldif").is_file()
+    assert bed.ldap_uids() == sorted(bed.ldap.users)
+
+
+def test_carme_backup_and_restore_through_the_cli(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`carme backup` and `carme backup --restore SET --only portal` through ansible-runner, as an admin runs them."""
+    project = bed.root / "project"
+    (project / ".secrets" / "h").mkdir(parents=True)
+    (project / ".secrets" / "h" / "munge.key").write_text("key\n")
+    (project / "ansible.cfg").write_text(f"[defaults]\nroles_path = {REPO_ROOT / 'roles'}\ngathering = explicit\n")
+    (project / "site.yml").write_text("---\n")
+    (project / "playbooks").symlink_to(REPO_ROOT / "playbooks")
+    monkeypatch.setenv(PROJECT_ENV, str(project))
+    options = ["-i", str(bed.inventory()), "-e", json.dumps(bed.variables())]
+    assert commands.main(["backup", "--set", "h-cli", *options]) == 0, capsys.readouterr()
+    assert json.loads((bed.backup_dir / "h-cli" / "manifest.json").read_text())["complete"] is True
+    assert (project / ".artifacts" / "backups" / "h-cli" / "secrets" / "h" / "munge.key").read_text() == "key\n"
+    bed.sql("DELETE FROM sessions")
+    bed.cluster.sacctmgr("add", "account", "h-backup-kept", "Description=restore only the portal", "Organization=c")
+    assert commands.main(["backup", "--restore", "h-cli", "--only", "portal", *options]) == 0, capsys.readouterr()
+    assert bed.sql("SELECT id FROM sessions ORDER BY id").split() == ["1", "2"]
+    assert "h-backup-kept" in bed.accounts()  # slurmdbd's part was not restored
+    bed.cluster.sacctmgr("delete", "account", "h-backup-kept")
+    assert "set h-cli restored" in capsys.readouterr().out
 
 
 def test_restore_refuses_a_file_changed_since_the_backup(bed: Bed, backup_set: dict[str, Any]) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError  # type: ignore[import-untyped]
 
 MANIFEST_FORMAT = 1
+#: slapd database types whose content slapcat dumps (and slapadd loads)
+SLAPCAT_TYPES = frozenset({"config", "mdb", "hdb", "bdb", "ldif"})
 #: what a set id looks like: the UTC time the CLI names it with (20261127T150000Z), or an admin's own name
 SET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PART_KEYS = ("name", "kind", "file", "size", "sha256")
@@ -31,9 +33,11 @@ def carme_backup_part_target(part: Mapping[str, Any]) -> str:
 
 
 def carme_backup_slapd_files(config_files: Sequence[str], part: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The slapcat files of a slapd part, one per database of its cn=config (``olcDatabase={N}...ldif``, N >= 0: the
-    config database 0 and the data; not the frontend -1), in database order."""
-    numbers = sorted({int(m.group(1)) for f in config_files if (m := re.search(r"olcDatabase=\{(\d+)\}", str(f)))})
+    """The slapcat files of a slapd part, one per database of its cn=config that slapcat can read
+    (``olcDatabase={N}<type>.ldif`` with N >= 0 and a type in SLAPCAT_TYPES: cn=config itself and the data; not the
+    frontend -1 nor a monitor database), in database order."""
+    found = (re.search(r"olcDatabase=\{(\d+)\}(\w+)\.ldif$", str(f)) for f in config_files)
+    numbers = sorted({int(m.group(1)) for m in found if m and m.group(2) in SLAPCAT_TYPES})
     return [{"file": f"{part['name']}.{n}.ldif.gz", "database": n, "config_dir": str(part["config_dir"])}
             for n in numbers]  # fmt: skip
 
