@@ -150,7 +150,7 @@ e2e-tests: venv axe ## the browser end-to-end and reliability tests against the 
 # first: CARME_RELEASE=trixie make image). A missing image fails here; a skip inside a test fails too (CARME_REQUIRED).
 TRIXIE_IMAGE := localhost/carme-node:debian13
 TRIXIE_TESTS := tests/integration/test_slurmrestd_trixie.py tests/integration/test_exclusive_limits_trixie.py \
-  tests/integration/test_reservations_trixie.py \
+  tests/integration/test_reservations_trixie.py tests/integration/test_slurmdbd_gap_trixie.py \
   $(wildcard tests/runtime/test_apptainer_real.py)
 test-trixie: venv ## the opt-in Debian 13 tests: Slurm 24.11, Apptainer (needs the image localhost/carme-node:debian13)
 	podman image exists $(TRIXIE_IMAGE) || { echo "no image $(TRIXIE_IMAGE): CARME_RELEASE=trixie make image" >&2; exit 1; }
