@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Jinja2 filters for the slurm role: hostlist compression and config dictionary rendering.
+"""Jinja2 filters for the slurm role: hostlist compression, config dictionary rendering, the usage carry-over.
 
 ``slurm_hostlist`` is carme_runtime's ``compress_hostlist`` (carme_runtime/hostlist.py), reached through the role's
 ``module_utils/carme_hostlist.py`` link as the role's modules reach carme_runtime code. A filter plugin runs on the
 controller, where ``ansible.module_utils`` does not include a role's module_utils, so the file is loaded by path.
+The ``slurm_usage_carryover*`` filters are carme_runtime/usage_carryover.py's, reached the same way.
 """
 
 from __future__ import annotations
@@ -16,16 +17,21 @@ from pathlib import Path
 from typing import Any
 
 
-def _load_hostlist() -> Any:
-    path = Path(__file__).resolve().parent.parent / "module_utils" / "carme_hostlist.py"
-    spec = importlib.util.spec_from_file_location("carme_slurm_role_hostlist", path)
+def _load(name: str) -> Any:
+    path = Path(__file__).resolve().parent.parent / "module_utils" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"carme_slurm_role_{name}", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-hostlist = _load_hostlist().compress_hostlist
+hostlist = _load("carme_hostlist").compress_hostlist
+#: this month's GPU-minutes carried over an upgrade (carme_runtime/usage_carryover.py; docs/upgrade.md)
+_carryover = _load("carme_usage_carryover")
+slurm_usage_carryover = _carryover.apply_carryover
+slurm_usage_carryover_applied = _carryover.applied
+slurm_usage_carryover_problems = _carryover.record_problems
 
 
 def slurm_value(value: Any) -> str:
@@ -189,4 +195,7 @@ class FilterModule:
             "slurm_node_group_errors": slurm_node_group_errors,
             "slurm_preemption_errors": slurm_preemption_errors,
             "slurm_include_errors": slurm_include_errors,
+            "slurm_usage_carryover": slurm_usage_carryover,
+            "slurm_usage_carryover_applied": slurm_usage_carryover_applied,
+            "slurm_usage_carryover_problems": slurm_usage_carryover_problems,
         }

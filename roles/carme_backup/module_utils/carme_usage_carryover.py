@@ -1,0 +1,1 @@
+../../../carme_runtime/usage_carryover.py
