@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 
 from flask import current_app
 
 from webui.caches import view_cache
+from webui.quota.carryover import declared_gpu_minutes
 from webui.slurm.errors import SlurmError
 from webui.slurm.limits import AssocLimits
 from webui.slurm.limits import QosLimits
@@ -76,7 +78,19 @@ def _read(username: str) -> UserLimits:
         assocs, qos = sched.associations_of(username), sched.qos_limits()
     except SlurmError as exc:
         return UserLimits(error=str(exc) or "Slurm's accounting cannot be read")
-    return limits_of(username, assocs, qos, current_app.config.get("SESSION_QOS"))
+    return with_carryover(limits_of(username, assocs, qos, current_app.config.get("SESSION_QOS")), username)
+
+
+def with_carryover(limits: UserLimits, username: str) -> UserLimits:
+    """The GPU budget as declared where Slurm holds it lowered by the minutes carried over the upgrade this month
+    (:mod:`webui.quota.carryover`); named with Slurm's own figure and the carried minutes."""
+    value, name = limits.gpu_minutes.value, f"{username}@{limits.account}"
+    declared = declared_gpu_minutes(name, value)
+    if value is None or declared == value or declared is None:
+        return limits
+    source = (f"association {name} GrpTRESMins=gres/gpu={value} this month (lowered by the GPU-minutes carried over "
+              "the upgrade): declared gres/gpu")  # fmt: skip
+    return replace(limits, gpu_minutes=Limit(declared, source))
 
 
 def limits_of(

@@ -12,6 +12,7 @@ from flask import current_app
 from webui.caches import Shown
 from webui.caches import StaleWhileRefresh
 from webui.models import utcnow
+from webui.quota.carryover import carried_gpu_hours
 from webui.quota.limits import user_limits
 from webui.slurm.scheduler import current_scheduler
 
@@ -47,10 +48,15 @@ def gpu_hours_used(username: str, *, cached: bool = False) -> float | None:
 
     Not ``cached`` (decisions: the start's budget check, reservations): the scheduler's value, at most
     ``QUOTA_CACHE_SECONDS`` old, read now when older. ``cached`` (display): see :func:`gpu_hours_shown`.
+    Both add what the user used this month before the upgrade (:func:`webui.quota.carryover.carried_gpu_hours`).
     """
     if not cached:
-        return current_scheduler().gpu_hours_used(username, month_start())
+        return _with_carried(username, current_scheduler().gpu_hours_used(username, month_start()))
     return gpu_hours_shown(username).value
+
+
+def _with_carried(username: str, used: float | None) -> float | None:
+    return None if used is None else used + carried_gpu_hours(username)
 
 
 def gpu_hours_shown(username: str) -> Shown:
@@ -60,7 +66,8 @@ def gpu_hours_shown(username: str) -> Shown:
     first look in a worker waits, at most ``USAGE_FIRST_WAIT_SECONDS``."""
     since = month_start()
     sched = current_scheduler()  # the refresh runs outside the request: it takes the object, not the app context
-    return usage_display().get((username, since.isoformat()), lambda: sched.gpu_hours_used(username, since))
+    shown = usage_display().get((username, since.isoformat()), lambda: sched.gpu_hours_used(username, since))
+    return Shown(_with_carried(username, shown.value), shown.as_of)
 
 
 def quota_view(username: str, *, cached: bool = False) -> dict[str, Any]:
