@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The portal across the upgrade (docs/upgrade.md "Budgets across the upgrade"): in the month of the carry-over it
 shows and checks the declared budget and the usage with the carried minutes added (the slurm role's record,
-SLURM_USAGE_CARRYOVER_FILE); in another month, or without the record, Slurm's own figures."""
+SLURM_USAGE_CARRYOVER_FILE); in another month, or without the record, Slurm's own figures, and the tick gives Slurm
+the declared budgets back."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from typing import Any
 from flask import Flask
 
 from webui.models import utcnow
+from webui.quota.carryover import restore_declared
 from webui.quota.limits import user_limits
 from webui.quota.usage import quota_view
+from webui.slurm.records import SlurmProject
+from webui.utilisation import tick
 
 from .conftest import FakeScheduler
 from .conftest import log_in_as
@@ -65,3 +69,35 @@ def test_in_another_month_or_without_the_record_slurms_own_figures(
             view: dict[str, Any] = quota_view("alice")
             assert (view["used_gpu_hours"], view["limit_gpu_hours"]) == (1.5, 2.0), config
             assert user_limits("alice").gpu_minutes.slurm == "association alice@research GrpTRESMins=gres/gpu=120"
+
+
+class Sacctmgr:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def sacctmgr(self, args: list[str]) -> str:
+        self.calls.append(list(args))
+        return ""
+
+
+def test_once_the_month_is_over_the_tick_gives_slurm_the_declared_budgets_back(
+    app: Flask, fake_scheduler: FakeScheduler, tmp_path: Path
+) -> None:
+    acct = Sacctmgr()
+    app.config.update(SLURM_USAGE_CARRYOVER_FILE=str(tmp_path / "carried.json"), ACCOUNTING=acct)
+    fake_scheduler.project_list = (SlurmProject("research", "", (), ("alice",), 5910),)
+    set_slurm_limits(fake_scheduler, "alice", gpu_minutes=60)  # both still at their lowered limits
+    carried(tmp_path / "carried.json", utcnow().strftime("%Y-%m"))
+    with app.test_request_context("/"):
+        assert restore_declared() == "nothing to restore" and acct.calls == []  # the month is not over
+        carried(tmp_path / "carried.json", "2000-01")
+        assert tick.run_tasks({"carryover": tick.TASKS["carryover"]})["carryover"].startswith("2 budget(s) restored")
+    assert acct.calls == [
+        ["modify", "user", "where", "name=alice", "account=research", "set", "GrpTRESMins=gres/gpu=120"],
+        ["modify", "account", "where", "name=research", "set", "GrpTRESMins=gres/gpu=6000"],
+    ]
+    set_slurm_limits(fake_scheduler, "alice", gpu_minutes=240)  # changed since (a deploy, an admin): left alone
+    fake_scheduler.project_list = (SlurmProject("research", "", (), ("alice",), 6000),)
+    with app.test_request_context("/"):
+        assert restore_declared().startswith("0 budget(s)")
+    assert len(acct.calls) == 2

@@ -5,7 +5,8 @@ The new Slurm starts with no usage, so in the month of the upgrade the slurm rol
 minutes its association had used, and writes what it did (``SLURM_USAGE_CARRYOVER_FILE``, the role's
 ``slurm_usage_carryover_file``: per association the declared budget, the carried minutes and the lowered limit). The
 portal shows the declared budget and the usage with the carried minutes added, for that month only; the arithmetic is
-:mod:`carme_runtime.usage_carryover`'s. No file (the default), or another month: nothing is carried.
+:mod:`carme_runtime.usage_carryover`'s. No file (the default), or another month: nothing is carried. Once the month
+is over the tick gives Slurm the declared budgets back (:func:`restore_declared`), unless a deploy did so first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from flask import current_app
 
 from carme_runtime import usage_carryover
 from webui.models import utcnow
+from webui.projects import accounting
+from webui.slurm.scheduler import current_scheduler
 
 
 def _month() -> str:
@@ -59,3 +62,29 @@ def declared_gpu_minutes(name: str, slurm_limit: int | None) -> int | None:
     """The budget of association ``name`` (``user@account`` or ``account``) to show and check against: the declared
     one while Slurm holds it lowered by the carried minutes this month, else Slurm's own."""
     return usage_carryover.declared_minutes(applied_record(), name, _month(), slurm_limit)
+
+
+def restore_declared() -> str:
+    """The tick's task: once the carry-over's month is over, each association that Slurm still holds at its lowered
+    limit gets its declared budget back (``sacctmgr`` as the portal's Operator user), as the next deploy would; says
+    how many. Slurm reset the usage on the 1st (``PriorityUsageResetPeriod=MONTHLY``)."""
+    record = applied_record()
+    if not record or record.get("month") == _month():
+        return "nothing to restore"
+    sched, restored = current_scheduler(), 0
+    for name, entry in sorted((record.get("associations") or {}).items()):
+        user, _, account = name.rpartition("@")
+        if not all(accounting.NAME.fullmatch(n) for n in (account, *([user] if user else []))):
+            continue
+        if user:
+            now = next(
+                (a.gpu_minutes for a in sched.associations_of(user) if a.user == user and a.account == account), None
+            )
+            where = ["modify", "user", "where", f"name={user}", f"account={account}"]
+        else:
+            now = next((p.gpu_minutes for p in sched.projects() if p.name == account), None)
+            where = ["modify", "account", "where", f"name={account}"]
+        if now is not None and now == int(entry["limit"]) != int(entry["declared"]):
+            accounting.backend().sacctmgr([*where, "set", f"GrpTRESMins=gres/gpu={int(entry['declared'])}"])
+            restored += 1
+    return f"{restored} budget(s) restored after the carry-over's month"

@@ -34,7 +34,18 @@ def _expire() -> object:
     return terms.expire()
 
 
-TASKS: dict[str, Callable[[], object]] = {"utilisation": _sample, "projects": _expire, "notifications": _notifications}
+def _carryover() -> object:
+    from webui.quota import carryover
+
+    return carryover.restore_declared()
+
+
+TASKS: dict[str, Callable[[], object]] = {
+    "utilisation": _sample,
+    "projects": _expire,
+    "notifications": _notifications,
+    "carryover": _carryover,
+}
 
 
 def run_tasks(tasks: dict[str, Callable[[], object]] | None = None) -> dict[str, str]:
