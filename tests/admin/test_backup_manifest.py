@@ -87,6 +87,12 @@ def test_slapd_files_are_one_per_database_but_the_frontend_and_monitor() -> None
     ]
 
 
+def test_part_targets_for_the_estimate() -> None:
+    """files/estimate.sh's KIND=TARGET: a sacct part's target is its --starttime (the jobs since then are counted)."""
+    assert F.carme_backup_part_target({"name": "slurm-history", "kind": "sacct"}, "2024-01-01") == "sacct=2024-01-01"
+    assert F.carme_backup_part_target({"name": "db", "kind": "mysql", "database": "x"}, "2024-01-01") == "mysql=x"
+
+
 def test_file_record_takes_size_and_checksum_from_the_stat() -> None:
     part = {"name": "portal", "kind": "mysql", "database": "carme_webui", "services": ["carme-webui.service"]}
     record = F.carme_backup_file_record(({"file": "portal.sql.gz", "database": "carme_webui"},

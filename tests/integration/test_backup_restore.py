@@ -4,7 +4,9 @@ upgrade_preflight.yml run with a local connection on an inventory whose one host
 carme_backup_parts pointing at the host cluster's MariaDB (slurmdbd's real slurm_acct_db and a portal database
 beside it), a copy of slurmctld's StateSaveLocation, and a slapd of the test's own configured through cn=config.
 
-What is proven: the set holds each part with the manifest's sizes and sha256; after accounts, rows, LDAP entries and
+What is proven: the set holds each part with the manifest's sizes and sha256; the slurm-history part holds real jobs
+(alice's 1-GPU job, bob's CPU job) as this Slurm's `sacct --json`, and the portal's archive reader gives each user
+their own with the GPU-hours of the allocated gres/gpu; after accounts, rows, LDAP entries and
 state files were changed or deleted, restore.yml brings each back (slapd's cn=config too when asked); a failed part
 names itself and leaves no manifest; restore refuses a file whose sha256 changed and a set without a manifest; a
 complete set is never written again; the preflight refuses a drained node (but not one drained for the
@@ -39,6 +41,7 @@ from tests.fixtures.slapd import stop_slapd
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import _ansible_bin
 from tests.roles.harness import ansible_env
+from webui.history.archives import read_archive
 
 pytestmark = pytest.mark.host
 
@@ -66,6 +69,7 @@ class Bed:
             {"name": "slurm-state", "kind": "dir", "path": str(self.state), "services": ["slurmctld"]},
             {"name": "ldap", "kind": "slapd", "config_dir": str(self.ldap_config), "services": ["slapd"]},
             {"name": "portal", "kind": "mysql", "database": PORTAL_DB, "services": ["carme-webui.service"]},
+            {"name": "slurm-history", "kind": "sacct", "services": []},
         ]
 
     def inventory(self) -> Path:
@@ -134,7 +138,18 @@ def bed(host_slurm: HostSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="module")
-def backup_set(bed: Bed) -> dict[str, Any]:
+def history_jobs(bed: Bed) -> dict[str, int]:
+    """Real jobs in Slurm's accounting before the backup: alice's on one (fake) GPU, bob's on CPUs only."""
+    jobs = {"alice": bed.cluster.sbatch("alice", "sleep 3", "--gres=gpu:1", "--mem=100", "--job-name=h-history-gpu"),
+            "bob": bed.cluster.sbatch("bob", "sleep 1", "--mem=100", "--job-name=h-history-cpu")}  # fmt: skip
+    for job_id in jobs.values():
+        assert bed.cluster.wait_job(job_id) == "COMPLETED"
+        bed.cluster.sacct(job_id)  # slurmdbd has its final state
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def backup_set(bed: Bed, history_jobs: dict[str, int]) -> dict[str, Any]:
     run = bed.play("backup.yml", carme_backup_set=SET)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     manifest: dict[str, Any] = json.loads((bed.backup_dir / SET / "manifest.json").read_text())
@@ -144,9 +159,8 @@ def backup_set(bed: Bed) -> dict[str, Any]:
 def test_backup_writes_every_part_and_the_manifest_last(bed: Bed, backup_set: dict[str, Any]) -> None:
     set_dir = bed.backup_dir / SET
     files = {p["file"]: p for p in backup_set["parts"]}
-    assert sorted(files) == sorted(
-        ["slurmdbd.sql.gz", "slurm-state.tar.gz", "ldap.0.ldif.gz", "ldap.1.ldif.gz", "portal.sql.gz"]
-    )
+    names = ["slurmdbd.sql.gz", "slurm-state.tar.gz", "ldap.0.ldif.gz", "ldap.1.ldif.gz", "portal.sql.gz"]
+    assert sorted(files) == sorted([*names, "slurm-history.json.gz"])
     for name, part in files.items():
         data = (set_dir / name).read_bytes()
         assert (len(data), hashlib.sha256(data).hexdigest()) == (part["size"], part["sha256"]), name
@@ -160,6 +174,28 @@ def test_backup_writes_every_part_and_the_manifest_last(bed: Bed, backup_set: di
     dump = gzip.decompress((set_dir / "slurmdbd.sql.gz").read_bytes()).decode()
     assert "CREATE DATABASE" in dump and "acct_table" in dump
     assert "uid=alice,ou=people" in gzip.decompress((set_dir / "ldap.1.ldif.gz").read_bytes()).decode()
+
+
+def test_the_job_history_part_holds_every_users_jobs(
+    bed: Bed, backup_set: dict[str, Any], history_jobs: dict[str, int]
+) -> None:
+    """slurm-history.json.gz is this Slurm's own `sacct --json` of every user, and the portal reads it as an archive:
+    each user gets only their own jobs, GPU-hours from the allocated gres/gpu (GPUs x elapsed)."""
+    path = bed.backup_dir / SET / "slurm-history.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    parser = doc["meta"]["plugin"].get("data_parser") or doc["meta"]["plugin"]["type"]
+    assert parser.endswith(("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42")), doc["meta"]
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    assert by_id[history_jobs["alice"]]["user"] == "alice" and by_id[history_jobs["bob"]]["user"] == "bob"
+    archive = read_archive(path, 64 * 1024 * 1024)
+    alice = {j.job_id: j for j in archive.jobs_by_user["alice"]}[history_jobs["alice"]]
+    bob = {j.job_id: j for j in archive.jobs_by_user["bob"]}[history_jobs["bob"]]
+    assert alice.user == "alice" and alice.state == "COMPLETED" and alice.gpus == 1 and alice.elapsed >= 3
+    assert alice.gpu_hours == pytest.approx(alice.elapsed / 3600) and bob.gpus == 0 and bob.gpu_hours == 0
+    assert history_jobs["bob"] not in {j.job_id for j in archive.jobs_by_user["alice"]}
+    assert archive.label.startswith("Before the upgrade (Slurm ") and backup_set["slurm_version"] in archive.label
+    [part] = [p for p in backup_set["parts"] if p["name"] == "slurm-history"]
+    assert part["since"] == "2000-01-01" and part["kind"] == "sacct"
 
 
 def test_restore_brings_back_what_was_changed_or_deleted(bed: Bed, backup_set: dict[str, Any]) -> None:

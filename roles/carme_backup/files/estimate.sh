@@ -1,5 +1,6 @@
 # carme_backup preflight: this host's estimated set size and the free space where the set goes.
-# Arguments: backup dir, MariaDB socket, then one KIND=TARGET per part (mysql=DB, dir=PATH, slapd=CONFIG_DIR).
+# Arguments: backup dir, MariaDB socket, then one KIND=TARGET per part (mysql=DB, dir=PATH, slapd=CONFIG_DIR,
+# sacct=SINCE: 2 KiB per job of the accounting since then, more than its gzipped sacct --json measured, about 1 KiB).
 dir=$1; sock=$2; shift 2
 total=0
 for part in "$@"; do
@@ -10,6 +11,8 @@ for part in "$@"; do
     dir) bytes=$(du -sb "$target" 2>/dev/null | cut -f1) ;;
     slapd) bytes=$(du -sbc "$target" $(sed -n 's/^olcDbDirectory: //p' "$target"/cn=config/olcDatabase=*.ldif \
              2>/dev/null) 2>/dev/null | tail -1 | cut -f1) ;;
+    sacct) jobs=$(sacct -n -X -a --duplicates -S "$target" -E now -o jobid 2>/dev/null) \
+             && bytes=$(( $(printf '%s\n' "$jobs" | grep -c .) * 2048 )) ;;
   esac
   if [ -z "$bytes" ]; then echo "problem part $kind $target: cannot measure it"; continue; fi
   echo "info size $kind=$target $bytes"

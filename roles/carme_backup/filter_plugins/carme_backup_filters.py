@@ -26,8 +26,10 @@ def carme_backup_set_id_ok(set_id: object) -> bool:
     return isinstance(set_id, str) and SET_ID.fullmatch(set_id) is not None and ".." not in set_id
 
 
-def carme_backup_part_target(part: Mapping[str, Any]) -> str:
-    """``KIND=TARGET`` of a part (files/estimate.sh's arguments)."""
+def carme_backup_part_target(part: Mapping[str, Any], since: str = "2000-01-01") -> str:
+    """``KIND=TARGET`` of a part (files/estimate.sh's arguments); a sacct part's target is its ``--starttime``."""
+    if part["kind"] == "sacct":
+        return f"sacct={since}"
     key = {"mysql": "database", "dir": "path", "slapd": "config_dir"}[str(part["kind"])]
     return f"{part['kind']}={part[key]}"
 
