@@ -102,6 +102,13 @@ SCHEDULER_FACTORY: str | None = None
 # Or a ready object implementing webui.slurm.scheduler.Scheduler (test_config only).
 SCHEDULER: object | None = None
 
+# --- History (webui/history) -----------------------------------------------
+# The job history from before an upgrade (docs/upgrade.md "The job-history archive"): a directory of gzipped
+# `sacct --json` archives (*.json.gz) that the history page shows each user their own jobs of; "": none.
+HISTORY_ARCHIVE_DIR = ""
+HISTORY_ARCHIVE_LABEL = "Before the upgrade"  # the heading of an archive's jobs, with its Slurm release
+HISTORY_ARCHIVE_MAX_BYTES = 256 * 1024 * 1024  # an archive larger than this unpacked is an error line, not read
+
 # --- Sessions ---------------------------------------------------------------
 CARME_APP_DIRS = ("/etc/carme/apps.d",)  # site app specs, on top of carme_runtime's built-in ones
 SESSION_DEFAULT_PARTITION: str | None = None

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from dataclasses import field
 
 from sqlalchemy import func
 from sqlalchemy import select
 
 from carme_runtime.slurm_formats import ENDED_STATES
 from webui.extensions import db
+from webui.history.archives import user_archives
 from webui.history.reasons import reason_words
 from webui.models import PortalSession
 from webui.models import utcnow
@@ -45,6 +47,8 @@ class History:
     page: int
     pages: int
     error: str | None  # Slurm's accounting could not be read
+    archives: list[tuple[str, list[Entry]]] = field(default_factory=list)  # (label, the user's jobs) before an upgrade
+    archive_errors: list[str] = field(default_factory=list)  # an archive that cannot be read
 
 
 def since() -> dt.datetime:
@@ -75,12 +79,15 @@ def history(username: str, page: int) -> History:
     by_id = {j.job_id: j for j in jobs}
     _learn_end_reasons(records, by_id)
     portal_ids = _portal_job_ids(username, list(by_id))
+    archived, archive_errors = user_archives(username)
     return History(
         sessions=[_session_entry(ps, by_id.get(ps.job_id)) for ps in records],
         jobs=[_job_entry(j) for j in jobs if j.job_id not in portal_ids],
         page=page,
         pages=pages,
         error=error,
+        archives=[(a.label, [_job_entry(j) for j in a.jobs]) for a in archived],
+        archive_errors=archive_errors,
     )
 
 
