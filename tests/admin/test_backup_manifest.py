@@ -91,6 +91,7 @@ def test_part_targets_for_the_estimate() -> None:
     """files/estimate.sh's KIND=TARGET: a sacct part's target is its --starttime (the jobs since then are counted)."""
     assert F.carme_backup_part_target({"name": "slurm-history", "kind": "sacct"}, "2024-01-01") == "sacct=2024-01-01"
     assert F.carme_backup_part_target({"name": "db", "kind": "mysql", "database": "x"}, "2024-01-01") == "mysql=x"
+    assert F.carme_backup_part_target({"name": "slurm-usage", "kind": "slurm_usage"}) == "slurm_usage=-"  # 1 MiB
 
 
 def test_file_record_takes_size_and_checksum_from_the_stat() -> None:

@@ -13,6 +13,7 @@ for part in "$@"; do
              2>/dev/null) 2>/dev/null | tail -1 | cut -f1) ;;
     sacct) jobs=$(sacct -n -X -a --duplicates -S "$target" -E now -o jobid 2>/dev/null) \
              && bytes=$(( $(printf '%s\n' "$jobs" | grep -c .) * 2048 )) ;;
+    slurm_usage) bytes=1048576 ;;  # the usage record: a line per association, 1 MiB is more than 10000 make
   esac
   if [ -z "$bytes" ]; then echo "problem part $kind $target: cannot measure it"; continue; fi
   echo "info size $kind=$target $bytes"

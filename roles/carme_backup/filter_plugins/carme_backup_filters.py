@@ -30,6 +30,8 @@ def carme_backup_part_target(part: Mapping[str, Any], since: str = "2000-01-01")
     """``KIND=TARGET`` of a part (files/estimate.sh's arguments); a sacct part's target is its ``--starttime``."""
     if part["kind"] == "sacct":
         return f"sacct={since}"
+    if part["kind"] == "slurm_usage":  # a JSON record, a line per association (carme_backup_usage.py)
+        return "slurm_usage=-"
     key = {"mysql": "database", "dir": "path", "slapd": "config_dir"}[str(part["kind"])]
     return f"{part['kind']}={part[key]}"
 
