@@ -97,6 +97,10 @@ PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not re
 QUOTA_CACHE_SECONDS = 60.0
 # Who is in which Slurm account (for the GPU-hours, read once for all users as SLURM_SERVICE_USER) is kept this long.
 QUOTA_ASSOCIATIONS_CACHE_SECONDS = 300.0
+# What the slurm role carried over the upgrade to Slurm 24.11 (its slurm_usage_carryover_file, JSON): in that month
+# the portal adds the carried GPU-minutes to the usage and shows the declared budget; None: nothing carried
+# (webui/quota/carryover.py, docs/upgrade.md "Budgets across the upgrade").
+SLURM_USAGE_CARRYOVER_FILE: str | None = None
 # Optional dotted path "module:callable" returning a webui.slurm.scheduler.Scheduler; tests inject fakes.
 SCHEDULER_FACTORY: str | None = None
 # Or a ready object implementing webui.slurm.scheduler.Scheduler (test_config only).
