@@ -37,7 +37,7 @@ from tests.fixtures.slapd import USERS
 from tests.fixtures.slapd import _hash
 from tests.fixtures.slapd import _have_tools
 from tests.fixtures.slapd import _ldif
-from tests.fixtures.slapd import _stop
+from tests.fixtures.slapd import stop_slapd
 from tests.roles.harness import REPO_ROOT
 from tests.roles.harness import render
 
@@ -197,7 +197,7 @@ def directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Directory]:
         assert add.returncode == 0, f"ldapadd failed: {add.stderr[-1000:]}"
         yield Directory(port=port, rendered=rendered, root_password=root_password)
     finally:
-        _stop(pidfile)
+        stop_slapd(pidfile)
 
 
 def test_the_role_sets_no_lockout(directory: Directory) -> None:
