@@ -4,25 +4,13 @@ back from it, the slapd files of a part and the Slurm nodes that stop an upgrade
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
-
-def _load() -> ModuleType:
-    path = REPO_ROOT / "roles" / "carme_backup" / "filter_plugins" / "carme_backup_filters.py"
-    spec = importlib.util.spec_from_file_location("carme_backup_filters", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-F = _load()
+F = load_file("roles/carme_backup/filter_plugins/carme_backup_filters.py", "carme_backup_filters")
 SHA = "a" * 64
 
 

@@ -7,7 +7,6 @@ one, except the directories and docs a test changes, which are real directories 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -16,17 +15,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.roles.harness import load_file
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "docs-check.py"
 
 
 def load_check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_check", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docs_check"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_file(SCRIPT.relative_to(REPO), "docs_check")
 
 
 docs_check = load_check()

@@ -9,6 +9,7 @@ golden files. Used by the golden-file tests, the host-level Slurm fixture and ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,9 +21,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_file(path: str | Path, name: str) -> ModuleType:
+    """Import the Python file ``path`` (relative to the repository) as module ``name``: role plugins, libraries and
+    scripts are in no package. Registered in sys.modules (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 RENDER_PLAYBOOK = REPO_ROOT / "tests" / "roles" / "render.yml"
 CONFIG_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "slurmdbd.conf")
 

@@ -3,21 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 import pytest
 
-from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
 
 def _module() -> ModuleType:
-    path = REPO_ROOT / "roles" / "slurm" / "library" / "slurm_accounting.py"
-    spec = importlib.util.spec_from_file_location("slurm_accounting_under_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("roles/slurm/library/slurm_accounting.py", "slurm_accounting_under_test")
 
 
 @pytest.mark.parametrize(

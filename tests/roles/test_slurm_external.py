@@ -4,12 +4,13 @@ and the role's tasks/defaults for that mode. The mode itself runs in molecule/sl
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.roles.harness import load_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "slurm"
@@ -19,11 +20,7 @@ INCLUDE = "/etc/slurm/carme.conf"
 
 
 def _filters() -> dict[str, Any]:
-    path = ROLE / "filter_plugins" / "slurm_filters.py"
-    spec = importlib.util.spec_from_file_location("slurm_filters_external", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_external")
     return module.FilterModule().filters()  # type: ignore[no-any-return]
 
 

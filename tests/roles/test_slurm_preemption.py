@@ -7,25 +7,14 @@ Against a real slurmctld and slurmdbd: tests/integration/test_preemption.py.
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
-
-def _load(relative: str, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FILTERS = _load("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_preemption")
-ACCOUNTING = _load("roles/slurm/library/slurm_accounting.py", "slurm_accounting_preemption")
+FILTERS = load_file("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_preemption")
+ACCOUNTING = load_file("roles/slurm/library/slurm_accounting.py", "slurm_accounting_preemption")
 
 DEMO = [
     {"name": "normal", "Flags": "DenyOnLimit", "PreemptMode": "requeue", "GraceTime": 30},

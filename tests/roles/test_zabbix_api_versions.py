@@ -8,20 +8,15 @@ this test pins which parameters each version gets: 6.0's stay what they were bef
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
-LIBRARY = REPO_ROOT / "roles" / "zabbix_server" / "library" / "carme_zabbix.py"
-_spec = importlib.util.spec_from_file_location("carme_zabbix", LIBRARY)
-assert _spec is not None and _spec.loader is not None
-carme_zabbix = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(carme_zabbix)
+carme_zabbix = load_file("roles/zabbix_server/library/carme_zabbix.py", "carme_zabbix")
 
 
 class Version:

@@ -9,6 +9,7 @@ from carme_runtime.hostlist import HostlistError
 from carme_runtime.hostlist import compress_hostlist
 from carme_runtime.hostlist import expand_hostlist
 from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
 
 @pytest.mark.parametrize(
@@ -51,12 +52,5 @@ def test_compress_is_sorted_and_folds_ranges() -> None:
 def test_the_slurm_role_filter_is_this_function() -> None:
     link = REPO_ROOT / "roles" / "slurm" / "module_utils" / "carme_hostlist.py"
     assert link.resolve() == (REPO_ROOT / "carme_runtime" / "hostlist.py").resolve()
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "slurm_filters_under_test", REPO_ROOT / "roles" / "slurm" / "filter_plugins" / "slurm_filters.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_under_test")
     assert module.FilterModule().filters()["slurm_hostlist"](["vm2", "vm1"]) == "vm[1-2]"

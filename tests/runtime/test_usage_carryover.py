@@ -8,14 +8,12 @@ Against a real slurmctld and slurmdbd 22.05: tests/integration/test_usage_carryo
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from carme_runtime import usage_carryover as uc
-from tests.roles.harness import REPO_ROOT
+from tests.roles.harness import load_file
 
 # scontrol show assoc_mgr flags=assoc of Slurm 22.05.8, cut to the lines read (bob: 2 GPU-minutes of a budget of 3)
 ASSOC_MGR = """Current Association Manager state
@@ -46,18 +44,10 @@ USERS: list[dict[str, Any]] = [{"name": "bob", "account": "research", "GrpTRESMi
          {"name": "alice", "account": "research", "GrpTRESMins": "gres/gpu=-1"}]  # fmt: skip
 
 
-def _load(relative: str, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / relative)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_record_holds_the_minutes_slurmctld_counts_against_grptresmins() -> None:
     # the N of gres/gpu=LIMIT(N) on the GrpTRESMins line only (not GrpTRESRunMins), with or without a limit; 0 left out
     assert uc.parse_assoc_mgr(ASSOC_MGR) == {"root": 2, "research": 2, "bob@research": 2}
-    backup = _load("roles/carme_backup/filter_plugins/carme_backup_usage.py", "carme_backup_usage_under_test")
+    backup = load_file("roles/carme_backup/filter_plugins/carme_backup_usage.py", "carme_backup_usage_under_test")
     rec = backup.carme_backup_usage_record(ASSOC_MGR, "2026-11", "2026-11-27T15:00:00Z", "22.05.8")
     assert rec == {"format": 1, "tres": "gres/gpu", "month": "2026-11", "taken": "2026-11-27T15:00:00Z",
                    "cluster": "hosttest", "slurm_version": "22.05.8",
@@ -121,7 +111,8 @@ def test_what_was_applied_tells_the_portal_the_declared_budget_and_the_carried_u
 
 
 def test_the_slurm_roles_filters_are_this_code() -> None:
-    filters = _load("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_carryover").FilterModule().filters()
+    module = load_file("roles/slurm/filter_plugins/slurm_filters.py", "slurm_filters_carryover")
+    filters = module.FilterModule().filters()
     assert filters["slurm_usage_carryover"](USERS, RECORD, "2026-11", "users")[0]["GrpTRESMins"] == "gres/gpu=10"
     assert filters["slurm_usage_carryover_applied"](ACCOUNTS, USERS, RECORD, "2026-11") == uc.applied(
         ACCOUNTS, USERS, RECORD, "2026-11"
