@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from flask import Flask
 
 from webui.models import utcnow
@@ -101,3 +102,13 @@ def test_once_the_month_is_over_the_tick_gives_slurm_the_declared_budgets_back(
     with app.test_request_context("/"):
         assert restore_declared().startswith("0 budget(s)")
     assert len(acct.calls) == 2
+
+
+def test_the_portal_role_reads_the_file_the_slurm_role_writes() -> None:
+    """roles/carme_webui renders SLURM_USAGE_CARRYOVER_FILE from its variable, whose default is the slurm role's."""
+    roles = Path(__file__).resolve().parents[2] / "roles"
+    config = (roles / "carme_webui" / "templates" / "etc" / "carme" / "webui" / "config.py.j2").read_text()
+    assert "SLURM_USAGE_CARRYOVER_FILE = {{ carme_webui_usage_carryover_file | to_json }}" in config.splitlines()
+    webui_defaults = yaml.safe_load((roles / "carme_webui" / "defaults" / "main.yml").read_text())
+    slurm_defaults = yaml.safe_load((roles / "slurm" / "defaults" / "main.yml").read_text())
+    assert webui_defaults["carme_webui_usage_carryover_file"] == slurm_defaults["slurm_usage_carryover_file"]
