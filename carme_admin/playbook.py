@@ -17,7 +17,9 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -200,6 +202,22 @@ def prepare_private_data_dir(project: Path) -> Path:
     return pdd
 
 
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """ansible-runner replaces SIGTERM's and SIGINT's handlers (in the main thread) with one that only sets a flag and
+    leaves it there: put back what the command had, so Ctrl-C and a TERM stop ``carme`` again after a playbook."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back from here
+                signal.signal(number, handler)
+
+
 def run_playbook(run: PlaybookRun, printer: ProgressPrinter) -> RunResult:
     playbook = resolve_playbook(run.project, run.playbook)
     kwargs = runner_kwargs(run, playbook, new_ident(playbook))
@@ -208,7 +226,7 @@ def run_playbook(run: PlaybookRun, printer: ProgressPrinter) -> RunResult:
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise UsageError(f"ansible-runner is missing: pip install 'carme[admin]' ({exc})") from exc
     prepare_private_data_dir(run.project)
-    with deploy_lock(run.project) if run.deploy_lock else contextlib.nullcontext():
+    with deploy_lock(run.project) if run.deploy_lock else contextlib.nullcontext(), _signal_handlers_kept():
         runner = ansible_runner.run(event_handler=printer.handle, **kwargs)
     artifacts = Path(str(runner.config.artifact_dir))
     status = str(runner.status)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -430,3 +432,22 @@ def test_demo_up_recreates_its_own_dead_containers(demo_project: tuple[Path, lis
     assert ["podman", "rm", "--force", "carme-demo-head"] in runner.calls
     assert ["podman", "rm", "--force", "carme-demo-node1"] in runner.calls
     assert [state for state, _labels in plays] == ["present"]
+
+
+def test_a_playbook_run_leaves_the_signal_handlers_as_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-runner sets SIGTERM and SIGINT to a handler that only sets a flag; carme puts its own back."""
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+
+    class Runner:
+        status, rc = "successful", 0
+        config = type("Config", (), {"artifact_dir": str(tmp_path / "a")})
+
+    def fake_run(**_kwargs: object) -> Runner:  # what ansible_runner.run does in the main thread
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGINT, lambda *_: None)
+        return Runner()
+
+    monkeypatch.setitem(sys.modules, "ansible_runner", type("M", (), {"run": staticmethod(fake_run)}))
+    monkeypatch.setenv(PROJECT_ENV, str(make_project(tmp_path)))
+    assert commands.main(["deploy"]) == 0
+    assert {number: signal.getsignal(number) for number in before} == before
