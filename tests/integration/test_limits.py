@@ -207,18 +207,23 @@ def gpu_minutes_used(cluster: HostSlurm) -> int:
     return int(line.split("gres/gpu=", 1)[1].split("(", 1)[1].split(")", 1)[0])
 
 
+def spend_gpu_minutes(cluster: HostSlurm, minutes: int, *args: str) -> None:
+    """A job of bob's (``args``) that runs 65 s, then until slurmctld counts at least ``minutes`` GPU-minutes."""
+    used, error = submit(cluster, *args, seconds=65)
+    assert used is not None, error
+    assert cluster.wait_job(used, timeout=150) == "COMPLETED"
+    deadline = time.monotonic() + 150  # usage is added every PriorityCalcPeriod (1 minute)
+    while gpu_minutes_used(cluster) < minutes:
+        assert time.monotonic() < deadline, "slurmctld never counted the GPU-minutes of the finished job"
+        time.sleep(2)
+
+
 def test_a_used_gpu_minute_budget_stops_new_gpu_jobs_until_the_usage_is_reset(cluster: HostSlurm) -> None:
     apply(cluster, GrpTRESMins="gres/gpu=2")  # 2 GPU-minutes
     # a job that alone needs more than the whole budget is refused at submit (DenyOnLimit)
     job, error = submit(cluster, "--gres=gpu:1", "--time=3")
     assert job is None and "AssocGrpGRESMinutes" in error and REFUSED in error, error
-    used, error = submit(cluster, "--gres=gpu:1", "--time=2", seconds=65)
-    assert used is not None, error
-    assert cluster.wait_job(used, timeout=150) == "COMPLETED"
-    deadline = time.monotonic() + 150  # usage is added every PriorityCalcPeriod (1 minute)
-    while gpu_minutes_used(cluster) < 1:
-        assert time.monotonic() < deadline, "slurmctld never counted the GPU-minutes of the finished job"
-        time.sleep(2)
+    spend_gpu_minutes(cluster, 1, "--gres=gpu:1", "--time=2")
     # 1 of the 2 GPU-minutes is used: a 1-GPU job of 2 minutes could not finish within the rest (safe)
     held, error = submit(cluster, "--gres=gpu:1", "--time=2")
     assert held is not None, error

@@ -29,6 +29,7 @@ from tests.fixtures.hostslurm import CLUSTER
 from tests.fixtures.hostslurm import HostSlurm
 from tests.integration.test_limits import USER
 from tests.integration.test_limits import gpu_minutes_used
+from tests.integration.test_limits import spend_gpu_minutes
 from tests.integration.test_limits import state
 from tests.integration.test_limits import submit
 from tests.integration.test_limits import wait_state
@@ -91,13 +92,7 @@ def test_a_budget_used_before_the_upgrade_holds_the_next_job_after_it(cluster: H
     apply_role(tmp_path, cluster, {})
     assert grp_tres_mins(cluster) == BUDGET
     # this month's usage before the upgrade: 2 GPUs for 65 s, 2 GPU-minutes as slurmctld counts them
-    used, error = submit(cluster, "--gres=gpu:2", "--time=2", seconds=65)
-    assert used is not None, error
-    assert cluster.wait_job(used, timeout=150) == "COMPLETED"
-    deadline = time.monotonic() + 150  # usage is added every PriorityCalcPeriod (1 minute)
-    while gpu_minutes_used(cluster) < 2:
-        assert time.monotonic() < deadline, "slurmctld never counted the GPU-minutes of the finished job"
-        time.sleep(2)
+    spend_gpu_minutes(cluster, 2, "--gres=gpu:2", "--time=2")
 
     # the record, as carme backup's slurm-usage part writes it into the set and lists it in the manifest
     play(tmp_path, cluster, REPO_ROOT / "playbooks" / "backup.yml", carme_backup_set=SET,
