@@ -12,7 +12,6 @@ command copies the admin machine's secrets directory (the inventory's ``.secrets
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -25,10 +24,12 @@ from typing import Any
 from typing import TextIO
 
 from carme_admin import check
+from carme_admin.bundle_apt import sha256_of
 from carme_admin.playbook import PlaybookRun
 from carme_admin.playbook import UsageError
 from carme_admin.playbook import artifacts_root
 from carme_admin.playbook import split_extra_vars
+from carme_admin.site import write_private
 
 BACKUP_PLAYBOOK = "playbooks/backup.yml"
 RESTORE_PLAYBOOK = "playbooks/restore.yml"
@@ -102,14 +103,6 @@ def local_set_dir(project: Path, set_id: str) -> Path:
     return artifacts_root(project) / "backups" / set_id
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _copy_tree(src: Path, dest: Path) -> dict[str, dict[str, Any]]:
     """Copy files (not links) from ``src`` into ``dest``: directories 0700, files 0600; their sizes and sha256."""
     files: dict[str, dict[str, Any]] = {}
@@ -125,7 +118,7 @@ def _copy_tree(src: Path, dest: Path) -> dict[str, dict[str, Any]]:
             with os.fdopen(fd, "wb") as out, path.open("rb") as inp:
                 shutil.copyfileobj(inp, out)
             target.chmod(0o600)
-            files[str(path.relative_to(src))] = {"size": target.stat().st_size, "sha256": _sha256(target)}
+            files[str(path.relative_to(src))] = {"size": target.stat().st_size, "sha256": sha256_of(target)}
     return files
 
 
@@ -138,9 +131,7 @@ def save_secrets(src: Path, set_dir: Path, set_id: str) -> Path:
     manifest = {"set": set_id, "source": str(src.resolve()), "files": files,
                 "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
     path = set_dir / SECRETS_MANIFEST
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_private(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -152,7 +143,7 @@ def verify_secrets(set_dir: Path) -> dict[str, Any]:
         raise UsageError(f"no complete secrets copy in {set_dir} ({exc})") from exc
     saved = set_dir / "secrets"
     for name, meta in manifest["files"].items():
-        if not (saved / name).is_file() or _sha256(saved / name) != meta["sha256"]:
+        if not (saved / name).is_file() or sha256_of(saved / name) != meta["sha256"]:
             raise UsageError(f"{saved / name} is missing or changed since the backup")
     return manifest
 

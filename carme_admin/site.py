@@ -201,7 +201,8 @@ def encrypt(plain: str, password_file: Path) -> str:
     return str(VaultLib([("default", secret)]).encrypt(plain.encode()).decode())
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, 0600 from its creation (its parent made when missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -224,8 +225,8 @@ def init(args: argparse.Namespace, project: Path) -> dict[str, Any]:
         (args.dir / path).write_text(text)
     password_file = args.dir / PASSWORD_FILE if own_password else args.vault_password_file
     if own_password:
-        _write_private(password_file, secrets.token_urlsafe(48) + "\n")
-    _write_private(args.dir / VAULT, encrypt(vault_text(), password_file))
+        write_private(password_file, secrets.token_urlsafe(48) + "\n")
+    write_private(args.dir / VAULT, encrypt(vault_text(), password_file))
     return {"dir": str(args.dir.resolve()), "files": sorted(str(p) for p in targets), "vault": str(args.dir / VAULT),
             "vault_password_file": str(password_file), "secrets": sorted(SECRETS)}  # fmt: skip
 
