@@ -109,6 +109,18 @@ def _name(item: Mapping[str, Any], kind: str) -> str:
     return assoc_name(str(item.get("account")), str(item["name"])) if kind == "users" else str(item["name"])
 
 
+def _lowered(
+    item: Mapping[str, Any], rec: Mapping[str, Any] | None, month: str, kind: str
+) -> tuple[str, int, int, int] | None:
+    """(name, declared minutes, carried minutes, the lowered limit) of an association with a declared ``gres/gpu``
+    budget that carries minutes in ``month``; ``None`` for any other."""
+    declared, name = tres_minutes(item.get("GrpTRESMins")), _name(item, kind)
+    minus = carried(rec, name, month)
+    if declared is None or minus == 0:
+        return None
+    return name, declared, minus, max(0, declared - minus)
+
+
 def apply_carryover(
     items: Sequence[Mapping[str, Any]], rec: Mapping[str, Any] | None, month: str, kind: str
 ) -> list[dict[str, Any]]:
@@ -116,12 +128,8 @@ def apply_carryover(
     ``GrpTRESMins=gres/gpu=D`` that carries ``C`` minutes in ``month`` set to ``max(0, D - C)``; the rest unchanged."""
     out = []
     for item in items:
-        declared, name = tres_minutes(item.get("GrpTRESMins")), _name(item, kind)
-        minus = carried(rec, name, month)
-        if declared is None or minus == 0:
-            out.append(dict(item))
-        else:
-            out.append({**item, "GrpTRESMins": _with_tres(item["GrpTRESMins"], max(0, declared - minus))})
+        lowered = _lowered(item, rec, month, kind)
+        out.append({**item, "GrpTRESMins": _with_tres(item["GrpTRESMins"], lowered[3])} if lowered else dict(item))
     return out
 
 
@@ -133,10 +141,9 @@ def applied(
     out: dict[str, dict[str, int]] = {}
     for kind, items in (("accounts", accounts), ("users", users)):
         for item in items:
-            declared, name = tres_minutes(item.get("GrpTRESMins")), _name(item, kind)
-            minus = carried(rec, name, month)
-            if declared is not None and minus:
-                out[name] = {"declared": declared, "carried": minus, "limit": max(0, declared - minus)}
+            if lowered := _lowered(item, rec, month, kind):
+                name, declared, minus, limit = lowered
+                out[name] = {"declared": declared, "carried": minus, "limit": limit}
     return {"format": FORMAT, "tres": TRES, "month": month, "associations": out} if out else {}
 
 
