@@ -87,7 +87,7 @@ def test_a_manager_sees_bobs_session_and_sbatch_job_in_the_report_and_its_csv_ma
     assert all(hours > 0 for hours in want.values()), want
 
     page, _ = login(demo, "alice")
-    page.goto(f"{BASE}/projects/")
+    goto_until(page, f"{BASE}/projects/", 'tr[data-project="research"]', timeout_s=30)
     row = page.locator('tr[data-project="research"]')
     assert row.locator("td.members").inner_text() == "alice, bob"
     assert row.get_by_role("link", name="Report of project research").is_visible()
@@ -102,7 +102,10 @@ def test_a_manager_sees_bobs_session_and_sbatch_job_in_the_report_and_its_csv_ma
         time.sleep(5)
     sources = {j: (r["user"], r["source"], r["gpus"]) for j, r in got.items() if r}
     assert sources == {str(job): ("bob", "sbatch", "1"), str(session): ("bob", "portal", "1")}, sources
-    page.goto(f"{BASE}/projects/research/report?month={month}")
+    # each portal worker reads an account's jobs at most every QUOTA_CACHE_SECONDS: the worker answering the page may
+    # not yet have what the one that answered the CSV had
+    rows = [f'tr[data-job="{j}"]' for j in want]
+    goto_until(page, f"{BASE}/projects/research/report?month={month}", *rows, timeout_s=REPORT_TIMEOUT_S)
     assert page.locator(f'tr[data-job="{job}"] td.source').inner_text() == "sbatch"
     assert page.locator(f'tr[data-job="{session}"] td.source').inner_text() == "portal"
     demo.steps.shot(page, "alice-project-report")
