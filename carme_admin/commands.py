@@ -25,6 +25,7 @@ from carme_admin import check
 from carme_admin import demo
 from carme_admin import portal
 from carme_admin import site
+from carme_admin import upgrade
 from carme_admin.playbook import PlaybookRun
 from carme_admin.playbook import RunResult
 from carme_admin.playbook import UsageError
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_parser(commands)
     bundle.add_parser(commands)
     backup.add_parser(commands)
+    upgrade.add_parser(commands)
     return parser
 
 
@@ -155,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "backup":
             out = _Output(args.json)
             return out.done(backup.cmd_backup(args, find_project_dir(), lambda run: _play(out, run), out.stream))
+        if args.command == "upgrade":
+            out = _Output(args.json and not args.status)
+            return out.done(upgrade.cmd_upgrade(args, find_project_dir(), lambda run: _play(out, run), out.stream))
         if args.demo_command == "status":
             return cmd_demo_status()
         if args.demo_command == "up":
