@@ -174,6 +174,8 @@ class News(Base):
     author: Mapped[str] = mapped_column(String(64), nullable=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, nullable=False)
     published: Mapped[bool] = mapped_column(Boolean, default=True, nullable=False)
+    #: a notice posted by ``carme-portal news-post KEY``: a second post with the same key replaces it (NULL: the form's)
+    notice_key: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True, unique=True)
 
 
 class ImageCatalog(Base):

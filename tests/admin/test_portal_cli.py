@@ -122,8 +122,39 @@ def wrapper(tmp_path: Path) -> Path:
         (["totp-reset", "bob\nroot"], "is not a valid user name"),
         (["unlock", "b" * 33], "over 32 characters"),
         (["unlock", "-bob"], "is not a valid user name"),
+        (["unlock"], "usage:"),
+        (["reservations-sync", "bob"], "usage:"),
+        (["news-post", "upgrade"], "usage:"),
+        (["news-remove", "upgrade", "text"], "usage:"),
     ],
 )
 def test_the_wrapper_refuses_bad_input_with_exit_2(wrapper: Path, argv: list[str], says: str) -> None:
     done = subprocess.run(["sh", str(wrapper), *argv], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and says in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "flask_args"),
+    [
+        (["unlock", "bob"], ["unlock", "--actor", "carol", "--", "bob"]),
+        (["reservations-sync"], ["reservations-sync", "--actor", "carol", "--"]),
+        (["news-post", "upgrade", "-x; $(touch /tmp/no)\nline 2"],
+         ["news-post", "--actor", "carol", "--", "upgrade", "-x; $(touch /tmp/no)\nline 2"]),
+        (["news-remove", "upgrade"], ["news-remove", "--actor", "carol", "--", "upgrade"]),
+    ],
+)  # fmt: skip
+def test_the_wrapper_runs_the_portal_command_as_the_portal_user(
+    wrapper: Path, tmp_path: Path, argv: list[str], flask_args: list[str]
+) -> None:
+    """What it execs, each argument as it was given (a stand-in runuser prints its argv, NUL-separated)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "runuser").write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    (bin_dir / "runuser").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CARME_PORTAL_ACTOR": "carol"}
+    done = subprocess.run(["sh", str(wrapper), *argv], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    flask = ["/opt/carme/webui-venv/bin/flask", "--app", "webui"]
+    assert done.stdout.split("\0")[:-1] == [
+        "-u", "carme-portal", "--", "env", "CARME_WEBUI_CONFIG=/etc/carme/webui/config.py", *flask, *flask_args
+    ]  # fmt: skip

@@ -43,13 +43,18 @@ def _user_or_fail(username: str) -> User:
 ACTOR_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}"
 
 
+def _audited_as(actor: str | None) -> str:
+    """The audit log's actor for a command run by ACTOR: ``cli:ACTOR``, or ``cli`` when the caller names nobody."""
+    if actor is not None and not re.fullmatch(ACTOR_PATTERN, actor):
+        raise click.BadParameter(f"{actor!r} is not a login name", param_hint="--actor")
+    return "cli" if actor is None else f"cli:{actor}"
+
+
 def _change_account(username: str, change: Callable[[User], None], action: str, actor: str | None = None) -> None:
     """Apply ``change`` to USERNAME's record and audit it as ``action`` by the CLI (``cli:ACTOR`` when the caller
     names who ran it), in one transaction."""
-    if actor is not None and not re.fullmatch(ACTOR_PATTERN, actor):
-        raise click.BadParameter(f"{actor!r} is not a login name", param_hint="--actor")
+    by = _audited_as(actor)
     change(_user_or_fail(username))
-    by = "cli" if actor is None else f"cli:{actor}"
     db.session.add(AuditLog(actor=by, action=action, target=username, details={}, time=utcnow()))
     db.session.commit()
 
@@ -149,6 +154,7 @@ def register(app: Flask) -> None:
     _register_accounts(app)
     _register_images(app)
     _register_profiles(app)
+    _register_upkeep(app)
 
 
 def _register_database(app: Flask) -> None:
@@ -166,8 +172,14 @@ def _register_database(app: Flask) -> None:
         click.echo(str(current_app.extensions["carme_scheduler"].queries_issued()))
 
 
+#: ``--actor``: who runs the command
+actor_option = click.option(
+    "--actor", help="who runs this (audited as cli:ACTOR; carme portal and carme-portal set it)"
+)
+
+
 def _register_accounts(app: Flask) -> None:
-    actor = click.option("--actor", help="who runs this (audited as cli:ACTOR; carme portal and carme-portal set it)")
+    actor = actor_option
 
     @app.cli.command("totp-reset")
     @click.argument("username")
@@ -243,3 +255,80 @@ def _register_profiles(app: Flask) -> None:
         db.session.commit()
         for name, outcome in outcomes:
             click.echo(f"profile {name}: {outcome}")
+
+
+def _register_upkeep(app: Flask) -> None:
+    """What ``carme upgrade`` asks of the portal (issue 34): its reservations back in Slurm, a notice on the
+    dashboard."""
+
+    @app.cli.command("reservations-sync")
+    @actor_option
+    def reservations_sync(actor: str | None) -> None:
+        """Create again, as their approval did, the approved reservations that have not ended and that Slurm does not
+        hold (by name); prints one line per reservation (created, present, failed: Slurm's reason) and exits 1 when
+        Slurm refused any."""
+        from webui.reservations.resync import PRESENT
+        from webui.reservations.resync import sync_reservations
+        from webui.slurm.errors import SlurmError
+
+        by = _audited_as(actor)
+        try:
+            outcomes = sync_reservations()
+        except SlurmError as exc:
+            raise click.ClickException(f"Slurm's reservations could not be read: {exc}") from exc
+        for done in outcomes:
+            if done.outcome != PRESENT:
+                details = {"name": done.name, "outcome": done.outcome, "slurm": done.reason}
+                db.session.add(AuditLog(actor=by, action=f"reservation.resync.{done.outcome}",
+                                        target=str(done.request_id), details=details, time=utcnow()))  # fmt: skip
+        db.session.commit()
+        for done in outcomes:
+            said = f": {done.reason}" if done.reason else ""
+            click.echo(f"reservation {done.name} (request {done.request_id}): {done.outcome}{said}")
+        if any(done.reason for done in outcomes):
+            raise click.exceptions.Exit(1)
+
+    @app.cli.command("news-post")
+    @click.argument("key")
+    @click.argument("text")
+    @click.option("--title", default="Notice", show_default=True, help="the notice's heading")
+    @actor_option
+    def news_post(key: str, text: str, title: str, actor: str | None) -> None:
+        """Publish TEXT on the dashboard as the notice KEY, replacing the notice posted with that KEY before."""
+        from webui import forms
+        from webui.dashboard.news import NOTICE_KEY
+        from webui.dashboard.news import news_fields
+        from webui.dashboard.news import post_notice
+
+        by = _audited_as(actor)
+        if not re.fullmatch(NOTICE_KEY, key):
+            raise click.BadParameter(f"{key!r}: letters, digits, _ . - (up to 64)", param_hint="KEY")
+        try:
+            title, body = news_fields({"title": title, "body": text})
+        except forms.FieldError as exc:
+            field = "TEXT" if exc.field == "body" else "--title"
+            raise click.BadParameter(str(exc.description).partition(": ")[2], param_hint=field) from None
+        item, replaced = post_notice(key, title, body, author=actor or "cli")
+        details = {"key": key, "title": title, "replaced": replaced}
+        db.session.add(AuditLog(actor=by, action="admin.news.create", target=str(item.id), details=details,
+                                time=utcnow()))  # fmt: skip
+        db.session.commit()
+        click.echo(f"notice {key}: {'replaced' if replaced else 'posted'}")
+
+    @app.cli.command("news-remove")
+    @click.argument("key")
+    @actor_option
+    def news_remove(key: str, actor: str | None) -> None:
+        """Remove the notice KEY from the dashboard (none with that KEY: nothing to do)."""
+        from webui.dashboard.news import remove_notice
+
+        by = _audited_as(actor)
+        item = remove_notice(key)
+        if item is None:
+            click.echo(f"notice {key}: absent")
+            return
+        details = {"key": key, "title": item.title}
+        db.session.add(AuditLog(actor=by, action="admin.news.delete", target=str(item.id), details=details,
+                                time=utcnow()))  # fmt: skip
+        db.session.commit()
+        click.echo(f"notice {key}: removed")

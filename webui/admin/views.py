@@ -30,6 +30,7 @@ from webui.auth.logins import current_user
 from webui.auth.logins import valid_username
 from webui.auth.totp import reset_totp
 from webui.caches import view_cache
+from webui.dashboard.news import news_fields
 from webui.extensions import db
 from webui.models import ROW_ID
 from webui.models import AuditLog
@@ -117,8 +118,7 @@ def news() -> Any:
     if request.method == "POST":
         user = current_user()
         assert user is not None
-        title = forms.text(request.form, "title", max_len=200)
-        body = forms.text(request.form, "body", max_len=10000, multiline=True)
+        title, body = news_fields(request.form)
         item = News(title=title, body=body, author=user.username, created_at=utcnow(), published=True)
         db.session.add(item)
         db.session.flush()

@@ -263,8 +263,9 @@ def reservation_partition() -> str | None:
     return default_partition(current_scheduler().state())
 
 
-def approve(row: ReservationRequest, *, decided_by: str, reason: str) -> None:
-    """Create the Slurm reservation; Slurm's refusal marks the request failed, with Slurm's words as the reason."""
+def create_in_slurm(row: ReservationRequest) -> str:
+    """Create the request's reservation in Slurm, named ``carme-<user>-<id>``; returns the name. :class:`SlurmError`
+    carries Slurm's refusal. The approval and ``reservations-sync`` (:mod:`webui.reservations.resync`) both use it."""
     name = f"carme-{row.username}-{row.id}"
     spec = ReservationSpec(
         name=name,
@@ -275,9 +276,15 @@ def approve(row: ReservationRequest, *, decided_by: str, reason: str) -> None:
         partition=reservation_partition(),
         gpus=row.gpus,
     )
+    backend().create(spec)
+    return name
+
+
+def approve(row: ReservationRequest, *, decided_by: str, reason: str) -> None:
+    """Create the Slurm reservation; Slurm's refusal marks the request failed, with Slurm's words as the reason."""
     row.decided_by, row.decided_at = decided_by, utcnow()
     try:
-        backend().create(spec)
+        name = create_in_slurm(row)
     except SlurmError as exc:
         row.status, row.reason = FAILED, str(exc)
         audit("reservation.failed", str(row.id), by=decided_by, slurm=str(exc))
