@@ -212,10 +212,14 @@ def spend_gpu_minutes(cluster: HostSlurm, minutes: int, *args: str) -> None:
     used, error = submit(cluster, *args, seconds=65)
     assert used is not None, error
     assert cluster.wait_job(used, timeout=150) == "COMPLETED"
-    deadline = time.monotonic() + 150  # usage is added every PriorityCalcPeriod (1 minute)
+    ended = time.monotonic()
+    deadline = ended + 150  # usage is added every PriorityCalcPeriod (1 minute)
     while gpu_minutes_used(cluster) < minutes:
         assert time.monotonic() < deadline, "slurmctld never counted the GPU-minutes of the finished job"
         time.sleep(2)
+    # the job's last seconds are added at the first PriorityCalcPeriod after its end: without this wait a reset of
+    # the usage could be followed by them (seen in CI: 1 GPU-minute after RawUsage=0)
+    time.sleep(max(0.0, ended + 65 - time.monotonic()))
 
 
 def test_a_used_gpu_minute_budget_stops_new_gpu_jobs_until_the_usage_is_reset(cluster: HostSlurm) -> None:

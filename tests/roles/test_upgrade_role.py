@@ -125,7 +125,7 @@ def play(tmp_path: Path, fake: Path, playbook: str, **extravars: Any) -> subproc
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
         "carme_upgrade_set": "upgrade-20261127T150000Z", "carme_upgrade_portal_cli": str(fake / "carme-portal"),
         "carme_upgrade_environment": {"PATH": f"{fake}:/usr/sbin:/usr/bin:/sbin:/bin"},
-        "carme_upgrade_poll_interval": 1, **extravars,
+        "carme_upgrade_poll_interval": 1, "carme_upgrade_usage_settle": 0, **extravars,
     }  # fmt: skip
     argv = [_ansible_bin("ansible-playbook"), str(REPO_ROOT / "playbooks" / playbook), "-i", str(inventory),
             "-e", json.dumps(variables)]  # fmt: skip
