@@ -155,6 +155,7 @@ def register(app: Flask) -> None:
     _register_images(app)
     _register_profiles(app)
     _register_upkeep(app)
+    _register_news(app)
 
 
 def _register_database(app: Flask) -> None:
@@ -287,6 +288,10 @@ def _register_upkeep(app: Flask) -> None:
             click.echo(f"reservation {done.name} (request {done.request_id}): {done.outcome}{said}")
         if any(done.reason for done in outcomes):
             raise click.exceptions.Exit(1)
+
+
+def _register_news(app: Flask) -> None:
+    """The dashboard notice that ``carme upgrade`` posts before its drain and removes when it is done."""
 
     @app.cli.command("news-post")
     @click.argument("key")
