@@ -137,7 +137,7 @@ lint: venv
 	$(PY) scripts/docs-check.py
 
 unit: venv ## pytest: unit tests plus host-level integration tests (real Slurm, slapd; needs root)
-	pytest -m "not e2e"
+	pytest -m "not e2e" --durations=25
 
 e2e: demo ## the browser end-to-end tests against the demo (brought up first); a missing demo fails, never skips
 	$(MAKE) --no-print-directory e2e-tests

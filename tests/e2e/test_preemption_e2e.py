@@ -32,6 +32,7 @@ from tests.fixtures.demo import BASE
 from tests.fixtures.demo import Demo
 from tests.fixtures.demo import connect
 from tests.fixtures.demo import csrf_headers
+from tests.fixtures.demo import goto_until
 from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
@@ -236,7 +237,7 @@ def test_alice_cannot_preempt_another_interactive_session(scene: Scene) -> None:
     assert current["state"] == "PENDING" and current["reason"] == explain(current["slurm_reason"]), current
     # the dashboard may come from another portal worker, whose snapshot can be a scheduler pass older or newer
     words = {explain(r) for r in (current["slurm_reason"], "Resources", "Priority")}
-    scene.alice.goto(f"{BASE}/")
+    goto_until(scene.alice, f"{BASE}/", f"tr[data-job='{scene.second}']")  # its own reload may interrupt a load
     row = scene.alice.inner_text(f"tr[data-job='{scene.second}']")
     assert "PENDING" in row and any(w in row for w in words), (row, words)
     scene.demo.steps.shot(scene.alice, "preemption-second-session-waits")

@@ -203,7 +203,10 @@ def test_running_jobs_count_across_qos(cluster: HostSlurm) -> None:
 def gpu_minutes_used(cluster: HostSlurm) -> int:
     """bob's GPU-minutes as slurmctld counts them against GrpTRESMins (``gres/gpu=LIMIT(USED)``)."""
     out = cluster.run(["scontrol", "show", "assoc_mgr", f"users={USER}", f"accounts={ACCOUNT}", "flags=assoc"]).stdout
-    line = next(x for x in out.splitlines() if x.strip().startswith("GrpTRESMins="))
+    # the listing starts with the account's association (every user's minutes, alice's too): bob's is the record
+    # whose header names him, ``UserName=bob(UID)``
+    record = out.split(f" UserName={USER}(", 1)[1]
+    line = next(x for x in record.splitlines() if x.strip().startswith("GrpTRESMins="))
     return int(line.split("gres/gpu=", 1)[1].split("(", 1)[1].split(")", 1)[0])
 
 
