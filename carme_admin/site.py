@@ -202,12 +202,27 @@ def encrypt(plain: str, password_file: Path) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, 0600 from its creation (its parent made when missing)."""
+    """Write ``text`` to ``path``, 0600 from its creation (its parent made when missing), atomically and durably: a
+    temporary file beside it is written and synced, then renamed over ``path`` and the directory synced, so a kill or
+    a power loss at any point leaves the old content or the new one, never a part of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    path.chmod(0o600)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.chmod(0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def init(args: argparse.Namespace, project: Path) -> dict[str, Any]:

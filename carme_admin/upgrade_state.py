@@ -23,6 +23,7 @@ from typing import Any
 
 from carme_admin.playbook import UsageError
 from carme_admin.playbook import artifacts_root
+from carme_admin.site import write_private
 
 STAGES = ("preflight", "drain", "backup", "fetch", "hosts", "deploy", "finish")
 ROLLBACK_STAGES = ("hosts", "deploy", "restore", "finish")
@@ -79,18 +80,7 @@ def save(project: Path, state: State) -> None:
         folder.mkdir(mode=0o700, exist_ok=True)
         folder.chmod(0o700)
     state["times"] = times(state)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_private(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager

@@ -119,3 +119,23 @@ def test_site_init_refuses_to_overwrite_and_takes_a_given_password_file(tmp_path
     before = (target / "group_vars" / "all" / "vault.yml").read_text()
     assert _init(target, "--vault-password-file", str(given), "--force").returncode == 0
     assert (target / "group_vars" / "all" / "vault.yml").read_text() != before
+
+
+def test_write_private_replaces_a_file_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vault, a backup manifest, the upgrade's state: 0600 from creation, and a failure before the rename (a kill,
+    a full disk) leaves the old content, not a truncated file."""
+    target = tmp_path / "private" / "state.json"
+    site.write_private(target, "old\n")
+    assert target.read_text() == "old\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(site.os, "fsync", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        site.write_private(target, "new\n")
+    assert target.read_text() == "old\n" and [p.name for p in target.parent.iterdir()] == ["state.json"]
+    monkeypatch.undo()
+    site.write_private(target, "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["state.json"]  # no temporary file left behind
