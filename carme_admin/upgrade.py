@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
@@ -42,6 +43,7 @@ FINISH_PLAYBOOK = "playbooks/upgrade_finish.yml"
 USAGE_FILE = "slurm-usage.json"
 MANIFEST = "manifest.json"
 FETCHED_PARTS = ("slurm-usage", "slurm-history")
+SECRET_NAME = re.compile(r"pass|secret|token|key", re.IGNORECASE)  # -e values not written to state.json
 
 Play = Callable[[PlaybookRun], bool]
 
@@ -63,8 +65,8 @@ def add_parser(commands: Any) -> None:
     check.add_vault_option(upgrade)
     upgrade.add_argument(
         "-e", "--extra-vars", dest="extra_vars", action="append", default=[], metavar="K=V",
-        help="extra variable for every playbook (repeatable), e.g. carme_upgrade_nodes=replace; give the same "
-        "ones again when you rerun",
+        help="extra variable for every playbook (repeatable), e.g. carme_upgrade_nodes=replace; kept for a rerun "
+        "without -e (but for those naming a secret)",
     )  # fmt: skip
     upgrade.add_argument("--json", action="store_true", help="print the final stats (with --status: the state) as JSON")
 
@@ -269,6 +271,22 @@ def open_state(project: Path, args: argparse.Namespace, rollback: bool) -> State
     return state
 
 
+def kept_extra_vars(state: State, given: list[str], stream: TextIO) -> list[str]:
+    """The ``-e`` values of this run: those given (kept in the state for the next run, but for secrets), or when none
+    are given, those kept from the last run that gave some (a rerun after a kill must not lose
+    ``carme_upgrade_nodes=replace``)."""
+    kept: list[str] = list(state.get("extra_vars") or [])
+    if not given:
+        if kept:
+            stream.write(f"carme: with the -e of the run before: {' '.join(kept)}\n")
+        return kept
+    secret = [value for value in given if SECRET_NAME.search(value.split("=", 1)[0])]
+    state["extra_vars"] = [value for value in given if value not in secret]
+    if secret:
+        stream.write(f"carme: {len(secret)} -e value(s) naming a secret are not kept: give them again on a rerun\n")
+    return list(given)
+
+
 def cmd_upgrade(args: argparse.Namespace, project: Path, play: Play, stream: TextIO) -> int:
     """``carme upgrade``: 0 when every stage finished (now or before), 1 when a stage failed."""
     if args.status:
@@ -282,6 +300,7 @@ def cmd_upgrade(args: argparse.Namespace, project: Path, play: Play, stream: Tex
         return 0
     with upgrade_state.locked(project):
         state = open_state(project, args, args.rollback)
+        args.extra_vars = kept_extra_vars(state, args.extra_vars, stream)
         extravars, extra_args = split_extra_vars(args.extra_vars)
         up = Upgrade(project, state, args, play, stream, extravars)
         up.extra_args = [*extra_args, *check.vault_args(up.inventory, args.vault_password_file)]

@@ -323,3 +323,28 @@ def test_main_runs_the_upgrade_and_its_status(
     assert commands.main(["upgrade", "--status"]) == 0
     assert "upgrade finished" in capsys.readouterr().out
     assert commands.main(["upgrade", "--status", "--rollback"]) == 2  # one mode at a time
+
+
+def test_a_rerun_without_e_keeps_the_variables_of_the_start_but_not_secrets(tmp_path: Path) -> None:
+    """A sysadmin reruns after a kill and forgets ``-e carme_upgrade_nodes=replace``: the kept value is used again;
+    a value naming a password is never written to state.json."""
+    project = project_with_secrets(tmp_path)
+    argv = ("-e", "carme_upgrade_nodes=replace", "-e", "ansible_become_password=hunter2")
+    code, out = upgrade_cmd(project, Cluster(kill_at=("playbooks/upgrade_hosts.yml", "before")), *argv)
+    assert code == -9 and "1 -e value(s) naming a secret are not kept" in out
+    assert state(project)["extra_vars"] == ["carme_upgrade_nodes=replace"]
+    assert "hunter2" not in upgrade_state.state_path(project).read_text()
+    cluster = Cluster()
+    code, out = upgrade_cmd(project, cluster)
+    assert code == 0 and "with the -e of the run before: carme_upgrade_nodes=replace" in out, out
+    hosts = cluster.run_of("playbooks/upgrade_hosts.yml")
+    assert (hosts.extravars or {}).get("carme_upgrade_nodes") == "replace", hosts.extravars
+    # a rerun that gives -e again uses (and keeps) the new values
+    project2 = project_with_secrets(tmp_path / "2")
+    upgrade_cmd(
+        project2, Cluster(kill_at=("playbooks/upgrade_hosts.yml", "before")), "-e", "carme_upgrade_nodes=replace"
+    )
+    cluster = Cluster()
+    assert upgrade_cmd(project2, cluster, "-e", "carme_upgrade_nodes=in_place")[0] == 0
+    assert (cluster.run_of("playbooks/upgrade_hosts.yml").extravars or {})["carme_upgrade_nodes"] == "in_place"
+    assert state(project2)["extra_vars"] == ["carme_upgrade_nodes=in_place"]
