@@ -6,14 +6,16 @@ written to ``<private_data_dir>/env/`` (extra vars may hold secrets, and runner 
 ``env/extravars`` or ``env/cmdline`` files on the next run). Each run's artifacts (events, stdout, the
 command) land in ``<project>/.artifacts/runner/artifacts/<ident>/``, 0700; the last 10 runs are kept.
 
-A run with ``deploy_lock`` (``carme deploy``) holds ``<project>/.artifacts/deploy.lock`` while ansible runs: its
-pid, start time and command, removed when it ends. ``playbooks/upgrade_preflight.yml`` (run first by ``carme backup``)
+A run with ``deploy_lock`` (``carme deploy``, the upgrade's deploy stage) holds ``<project>/.artifacts/deploy.lock``
+while ansible runs (an flock: a second deploy from the checkout is refused): its pid, start time and command, removed
+when it ends. ``playbooks/upgrade_preflight.yml`` (run first by ``carme backup``)
 refuses while the pid in it is alive; a file left by a killed deploy names a dead pid and is ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import shutil
@@ -74,16 +76,30 @@ def deploy_lock_path(project: Path) -> Path:
 
 @contextlib.contextmanager
 def deploy_lock(project: Path) -> Iterator[Path]:
-    """Write the deploy lock for the block; remove it after, if it is still this process's."""
+    """Hold the deploy lock for the block (an flock on the file, which names this process); refuse while another
+    deploy holds it; remove it after, if it is still this process's."""
     path = deploy_lock_path(project)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = path.read_text().split("\n")
+        os.close(fd)
+        raise UsageError(
+            f"another deploy runs from this checkout (pid {holder[0]}, started {holder[1] if len(holder) > 1 else '?'}"
+            f": {path}): wait for it to end"
+        ) from None
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    path.write_text(f"{os.getpid()}\n{started}\n{shlex.join(['carme', *sys.argv[1:]])}\n")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n{started}\n{shlex.join(['carme', *sys.argv[1:]])}\n".encode())
     try:
         yield path
     finally:
         with contextlib.suppress(OSError):
             if path.read_text().split("\n", 1)[0] == str(os.getpid()):
                 path.unlink()
+        os.close(fd)
 
 
 def private_data_dir(project: Path) -> Path:

@@ -166,3 +166,29 @@ def test_deploy_holds_the_lock_the_preflight_reads(tmp_path: Path, monkeypatch: 
     preflight = yaml.safe_load((REPO_ROOT / "playbooks" / "upgrade_preflight.yml").read_text())
     default = preflight[0]["vars"]["carme_backup_deploy_lock"]
     assert default == "{{ playbook_dir }}/../" + str(playbook.deploy_lock_path(Path("project")).relative_to("project"))
+
+
+def test_a_second_deploy_is_refused_while_one_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two terminals, two ``carme deploy``: the second says which one runs and starts nothing; a lock file left by a
+    killed deploy (no process holds it) does not stop the next one."""
+    runs: list[int] = []
+
+    class Runner:
+        status, rc = "successful", 0
+        config = type("Config", (), {"artifact_dir": str(tmp_path / "a")})
+
+    def fake_run(**_kwargs: object) -> Runner:
+        runs.append(1)
+        if len(runs) == 1:  # while the first deploy runs, a second starts
+            assert commands.main(["deploy"]) == 2
+        return Runner()
+
+    monkeypatch.setitem(__import__("sys").modules, "ansible_runner", type("M", (), {"run": staticmethod(fake_run)}))
+    make_project(tmp_path)
+    monkeypatch.setenv(PROJECT_ENV, str(tmp_path))
+    assert commands.main(["deploy"]) == 0 and len(runs) == 1
+    assert f"another deploy runs from this checkout (pid {os.getpid()}" in capsys.readouterr().err
+    playbook.deploy_lock_path(tmp_path).write_text("999999\n2026-01-01T00:00:00Z\ncarme deploy\n")  # a killed one's
+    assert commands.main(["deploy"]) == 0 and len(runs) == 2
