@@ -96,10 +96,12 @@ class Upgrade:
         return upgrade_state.upgrade_dir(self.project) / self.set_id
 
     def run(self, playbook: str, deploy_lock: bool = False, **extravars: Any) -> bool:
+        """One playbook; site.yml (``deploy_lock``) with ``--flush-cache``: the hosts stage changed the hosts' release,
+        and with ``gathering = smart`` the roles would otherwise get the cached facts of the release before."""
         return self.play(PlaybookRun(
             project=self.project, playbook=playbook, inventory=self.inventory,
             extravars={**self.extravars, "carme_upgrade_set": self.set_id, **extravars},
-            extra_args=self.extra_args, deploy_lock=deploy_lock,
+            extra_args=[*self.extra_args, *(["--flush-cache"] if deploy_lock else [])], deploy_lock=deploy_lock,
         ))  # fmt: skip
 
     def backup_args(self, restore: bool) -> argparse.Namespace:

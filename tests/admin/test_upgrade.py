@@ -140,6 +140,8 @@ def test_the_stages_run_in_order_with_their_variables(tmp_path: Path) -> None:
     assert cluster.run_of(ORDER[4]).extravars["carme_upgrade_direction"] == "upgrade"  # type: ignore[index]
     deploy = cluster.run_of("site.yml")
     assert deploy.deploy_lock and deploy.extravars["slurm_usage_carryover"] == USAGE  # type: ignore[index]
+    # the hosts' release changed: the facts cached before it (gathering = smart) are not used
+    assert "--flush-cache" in deploy.extra_args and "--flush-cache" not in cluster.run_of(ORDER[0]).extra_args
     local = project / ".artifacts" / "upgrade" / set_id
     assert cluster.run_of(ORDER[3]).extravars["carme_upgrade_local_dir"] == str(local)  # type: ignore[index]
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in [local, *local.iterdir()]} == {
@@ -268,7 +270,11 @@ def test_rollback_runs_hosts_site_restore_finish(tmp_path: Path) -> None:
     set_id = state(project)["set"]
     assert cluster.run_of(ROLLBACK_ORDER[0]).extravars["carme_upgrade_direction"] == "rollback"  # type: ignore[index]
     site = cluster.run_of("site.yml")
-    assert site.deploy_lock and "slurm_usage_carryover" not in (site.extravars or {})
+    assert (
+        site.deploy_lock
+        and "slurm_usage_carryover" not in (site.extravars or {})
+        and "--flush-cache" in site.extra_args
+    )
     assert cluster.run_of("playbooks/restore.yml").extravars == {  # carme backup --restore SET: every part
         "carme_backup_set": set_id, "carme_backup_restore_only": []}  # fmt: skip
     assert secrets.read_bytes() == b"k" * 96  # the secrets of the set are back
