@@ -27,8 +27,10 @@ RELEASE_TAGS = {"bookworm": "debian12", "trixie": "debian13"}
 #: the default release, named once for the scripts, the Makefile and this module (images/node/default-release)
 DEFAULT_RELEASE_FILE = Path(__file__).resolve().parent.parent / "images/node/default-release"
 #: podman --security-opt for the demo nodes per release: Apptainer (Debian 13 nodes) mounts a fresh /proc in a user
-#: namespace, which the kernel refuses while podman masks parts of /proc; nothing more privileged than the unmask
-RELEASE_SECURITY_OPTS: dict[str, tuple[str, ...]] = {"bookworm": (), "trixie": ("unmask=ALL",)}
+#: namespace, which the kernel refuses while podman masks parts of /proc; nothing more privileged than the unmask.
+#: The Debian 12 demo has it too: it is where `carme upgrade` starts, and its nodes upgraded in place keep the options
+#: they were created with (docs/upgrade.md "Upgrade path")
+RELEASE_SECURITY_OPTS: dict[str, tuple[str, ...]] = {"bookworm": ("unmask=ALL",), "trixie": ("unmask=ALL",)}
 DEFAULT_HTTPS_PORT = 8443
 DEFAULT_APPS_PORT = 8444
 SECRETS_DIR = ".secrets/demo/"

@@ -19,10 +19,11 @@ def test_trixie_is_the_default(tmp_path: Path) -> None:
     }
 
 
-def test_bookworm_gets_the_debian12_image_and_no_unmask(tmp_path: Path) -> None:
+def test_bookworm_gets_the_debian12_image_and_the_same_unmask(tmp_path: Path) -> None:
+    """The Debian 12 demo is where `carme upgrade` starts: its nodes, upgraded in place, must run Apptainer then."""
     assert demo.node_vars(tmp_path / "hosts.yml", {"CARME_RELEASE": "bookworm"}) == {
         "demo_nodes_image": "localhost/carme-node:debian12",
-        "demo_nodes_security_opt": [],
+        "demo_nodes_security_opt": ["unmask=ALL"],
     }
 
 

@@ -27,7 +27,7 @@ def played_extravars(project: Path, state: str, monkeypatch: pytest.MonkeyPatch)
     return dict(runs[0].extravars or {})
 
 
-def test_bookworm_nodes_keep_the_debian12_image_and_no_security_options(
+def test_bookworm_nodes_keep_the_debian12_image_and_get_the_unmask_for_the_upgrade(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CARME_RELEASE", "bookworm")
@@ -35,7 +35,7 @@ def test_bookworm_nodes_keep_the_debian12_image_and_no_security_options(
     assert played_extravars(tmp_path, "present", monkeypatch) == {
         "demo_nodes_state": "present",
         "demo_nodes_image": "localhost/carme-node:debian12",
-        "demo_nodes_security_opt": [],
+        "demo_nodes_security_opt": ["unmask=ALL"],  # upgraded in place later, they run Apptainer
     }
 
 
