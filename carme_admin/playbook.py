@@ -158,12 +158,14 @@ def resolve_inventory(inventory: Path) -> Path:
 
 def runner_envvars(project: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment of ansible-playbook: the project's ansible.cfg, and this interpreter's scripts
-    first on PATH so that `carme` run from a virtualenv without activating it finds its ansible."""
+    first on PATH so that `carme` run from a virtualenv without activating it finds its ansible; before them the
+    wrapper directory (:func:`write_child_wrapper`)."""
     environ = os.environ if environ is None else environ
     bindir = str(Path(sys.executable).parent)
     path = environ.get("PATH", os.defpath)
     if bindir not in path.split(os.pathsep):
         path = os.pathsep.join([bindir, path])
+    path = os.pathsep.join([str(wrapper_dir(project)), path])
     envvars = {"PATH": path, "ANSIBLE_FORCE_COLOR": "false", "ANSIBLE_NOCOLOR": "true"}
     cfg = project / "ansible.cfg"
     if cfg.is_file():
@@ -207,6 +209,28 @@ def new_ident(playbook: Path) -> str:
     return f"{stamp}-{playbook.stem}-{uuid.uuid4().hex[:6]}"
 
 
+def wrapper_dir(project: Path) -> Path:
+    return private_data_dir(project) / "bin"
+
+
+def write_child_wrapper(project: Path) -> None:
+    """``<private data dir>/bin/ansible-playbook``, first on the runner's PATH: this environment's ansible-playbook
+    under ``setpriv --pdeathsig KILL``. ansible-runner starts ansible-playbook in a session of its own that ignores
+    SIGHUP, so a SIGKILL of carme (a lost terminal, a kill of its process group) left it running beside the next
+    run (measured on the demo: the drain's ansible-playbook ran on); now it is killed with carme. Without setpriv
+    (not Linux) the wrapper runs ansible-playbook as it is."""
+    real = shutil.which("ansible-playbook", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
+    folder = wrapper_dir(project)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    setpriv = shutil.which("setpriv")
+    prefix = f"{shlex.quote(setpriv)} --pdeathsig KILL -- " if setpriv else ""
+    text = f'#!/bin/sh\nexec {prefix}{shlex.quote(real or "ansible-playbook")} "$@"\n'
+    wrapper = folder / "ansible-playbook"
+    if not wrapper.is_file() or wrapper.read_text() != text:
+        wrapper.write_text(text)
+    wrapper.chmod(0o700)
+
+
 def prepare_private_data_dir(project: Path) -> Path:
     pdd = private_data_dir(project)
     pdd.mkdir(parents=True, exist_ok=True)
@@ -215,6 +239,7 @@ def prepare_private_data_dir(project: Path) -> Path:
     # no input files: everything is passed as arguments (stale env/ files would be reused by runner)
     shutil.rmtree(pdd / "env", ignore_errors=True)
     (pdd / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    write_child_wrapper(project)
     return pdd
 
 
