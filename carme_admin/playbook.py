@@ -215,16 +215,21 @@ def wrapper_dir(project: Path) -> Path:
 
 def write_child_wrapper(project: Path) -> None:
     """``<private data dir>/bin/ansible-playbook``, first on the runner's PATH: this environment's ansible-playbook
-    under ``setpriv --pdeathsig KILL``. ansible-runner starts ansible-playbook in a session of its own that ignores
-    SIGHUP, so a SIGKILL of carme (a lost terminal, a kill of its process group) left it running beside the next
-    run (measured on the demo: the drain's ansible-playbook ran on); now it is killed with carme. Without setpriv
-    (not Linux) the wrapper runs ansible-playbook as it is."""
+    under ``carme_admin.child`` (which ends its process group when carme dies) started by ``setpriv --pdeathsig
+    TERM``. ansible-runner starts ansible-playbook in a session of its own that ignores SIGHUP, so a SIGKILL of carme
+    (a lost terminal, a kill of its process group) left it running beside the next run (measured on the demo: the
+    drain's ansible-playbook ran on). Without setpriv (not Linux) the wrapper runs ansible-playbook as it is."""
     real = shutil.which("ansible-playbook", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
     folder = wrapper_dir(project)
     folder.mkdir(mode=0o700, exist_ok=True)
     setpriv = shutil.which("setpriv")
-    prefix = f"{shlex.quote(setpriv)} --pdeathsig KILL -- " if setpriv else ""
-    text = f'#!/bin/sh\nexec {prefix}{shlex.quote(real or "ansible-playbook")} "$@"\n'
+    program = shlex.quote(real or "ansible-playbook")
+    if setpriv:
+        child = f"{shlex.quote(sys.executable)} -m carme_admin.child"
+        command = f"{shlex.quote(setpriv)} --pdeathsig TERM -- {child} {program}"
+    else:
+        command = program
+    text = f'#!/bin/sh\nexec {command} "$@"\n'
     wrapper = folder / "ansible-playbook"
     if not wrapper.is_file() or wrapper.read_text() != text:
         wrapper.write_text(text)

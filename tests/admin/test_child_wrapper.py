@@ -4,7 +4,8 @@
 ansible-runner starts ansible-playbook with pexpect in a session of its own that ignores SIGHUP: on the demo a
 ``carme upgrade`` killed with its process group left the drain's ansible-playbook running. Here a parent spawns a
 stand-in for ansible-playbook the way ansible-runner does (``pexpect.spawn(..., ignore_sighup=True)``), once plainly
-and once through the wrapper, and is killed with SIGKILL: the plain child lives on, the wrapped one dies."""
+and once through the wrapper, and is killed with SIGKILL: the plain child and the process it forked (as
+ansible-playbook forks a worker per running task) live on, the wrapped ones die."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from carme_admin import child
 from carme_admin import playbook
 from carme_admin.playbook import PlaybookRun
 
@@ -38,39 +40,46 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def spawn_and_kill_parent(command: Path, pidfile: Path) -> int:
-    """The child's pid once its parent was SIGKILLed (with its process group, as a lost terminal's session)."""
+def spawn_and_kill_parent(command: Path, pidfile: Path) -> list[int]:
+    """The stand-in's pid and its fork's once their parent was SIGKILLed (with its process group, as a lost
+    terminal's session)."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(command)], start_new_session=True)
     deadline = time.monotonic() + 30
-    while not pidfile.is_file() or not pidfile.read_text().strip():
+    while not pidfile.is_file() or len(pidfile.read_text().split()) < 2:
         assert time.monotonic() < deadline, "the stand-in never started"
         time.sleep(0.1)
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait(timeout=10)
-    return int(pidfile.read_text())
+    return [int(pid) for pid in pidfile.read_text().split()]
 
 
-def ends_within(pid: int, seconds: float) -> bool:
+def end_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while alive(pid):
+    while any(alive(pid) for pid in pids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
     return True
 
 
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
 def test_a_killed_carme_takes_its_ansible_playbook_along(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pidfile = tmp_path / "pid"
-    standin = tmp_path / "ansible-playbook-standin"  # stands in for ansible-playbook: writes its pid, waits
-    standin.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 120\n")
+    standin = tmp_path / "ansible-playbook-standin"  # stands in for ansible-playbook: forks a "worker", waits
+    standin.write_text(f"#!/bin/sh\nsleep 120 &\necho $$ $! > {pidfile}\nwait\n")
     standin.chmod(0o755)
 
     plain = spawn_and_kill_parent(standin, pidfile)
     try:
-        assert not ends_within(plain, 3), "without the wrapper the child should outlive its parent"
+        assert not end_within(plain, 3), "without the wrapper the child should outlive its parent"
     finally:
-        os.kill(plain, signal.SIGKILL)
+        kill(plain)
     pidfile.unlink()
 
     real_which = shutil.which
@@ -83,13 +92,19 @@ def test_a_killed_carme_takes_its_ansible_playbook_along(tmp_path: Path, monkeyp
     project.mkdir()
     playbook.prepare_private_data_dir(project)
     wrapper = playbook.wrapper_dir(project) / "ansible-playbook"
-    assert stat.S_IMODE(wrapper.stat().st_mode) == 0o700 and "--pdeathsig KILL" in wrapper.read_text()
+    assert stat.S_IMODE(wrapper.stat().st_mode) == 0o700 and "--pdeathsig TERM" in wrapper.read_text()
     wrapped = spawn_and_kill_parent(wrapper, pidfile)
     try:
-        assert ends_within(wrapped, 10), "the wrapped ansible-playbook outlived carme"
+        assert end_within(wrapped, 10), "the wrapped ansible-playbook or its worker outlived carme"
     finally:
-        if alive(wrapped):
-            os.kill(wrapped, signal.SIGKILL)
+        kill(wrapped)
+
+
+def test_the_wrapped_exit_status_is_ansible_playbooks() -> None:
+    def status(*argv: str) -> int:  # in a process of its own: main() sets signal handlers that end the group
+        return subprocess.run([sys.executable, "-m", child.__name__, *argv], check=False).returncode
+
+    assert (status(), status("sh", "-c", "exit 4"), status("true")) == (2, 4, 0)
 
 
 def test_the_runner_finds_the_wrapper_first(tmp_path: Path) -> None:
@@ -99,3 +114,19 @@ def test_the_runner_finds_the_wrapper_first(tmp_path: Path) -> None:
     playbook.prepare_private_data_dir(tmp_path)
     text = (Path(first) / "ansible-playbook").read_text()
     assert str(Path(sys.executable).parent / "ansible-playbook") in text, text
+
+
+def test_a_cancel_reaches_ansible_playbook_as_sigint_and_a_hangup_is_ignored(tmp_path: Path) -> None:
+    """ansible-runner's cancel (after a Ctrl-C) sends SIGHUP, then SIGINT: ansible-playbook stops as at a Ctrl-C."""
+    ready = tmp_path / "ready"
+    script = f'trap "exit 130" INT; touch {ready}; while :; do sleep 0.1; done'
+    proc = subprocess.Popen([sys.executable, "-m", child.__name__, "sh", "-c", script])
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert proc.poll() is None  # ignored, as pexpect's ignore_sighup did
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
