@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,33 @@ def test_offline_bundle_must_be_of_the_new_release(tmp_path: Path, release: str)
         assert run.returncode != 0
         assert f"apt reads only the offline bundle ({bundle}), built for bookworm" in run.stdout
     assert (apt / "carme-offline.list").read_text() == f"deb [trusted=yes] file:{bundle}/apt ./\n"
+
+
+def replaced_on_this_host(tmp_path: Path, release: str, timeout: int) -> dict[str, Any]:
+    """The role's ``replaced`` step on this host (Debian 12), its facts and the polls of the release read."""
+    playbook = tmp_path / "replaced.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: carme_upgrade_os}\n"
+        "      vars: {carme_upgrade_os_action: replaced, carme_upgrade_os_set: s1}\n"
+        "    - ansible.builtin.copy:\n"
+        "        dest: " + str(tmp_path / "facts.json") + "\n"
+        '        content: \'{{ {"found": __carme_upgrade_os_found, "ok": __carme_upgrade_os_ok,'
+        ' "attempts": __carme_upgrade_os_replaced_raw.attempts | default(0)} | to_json }}\'\n'
+    )
+    variables = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                 "carme_upgrade_os_release": release, "carme_upgrade_os_replace_timeout": timeout}  # fmt: skip
+    argv = [_ansible_bin("ansible-playbook"), str(playbook), "-i", "localhost,", "-e", json.dumps(variables)]
+    run = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO_ROOT, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    facts: dict[str, Any] = json.loads((tmp_path / "facts.json").read_text())
+    return facts
+
+
+def test_replace_keeps_asking_a_node_that_answers_on_the_old_release(tmp_path: Path) -> None:
+    """A node not yet reinstalled (this Debian 12 host, waiting for Debian 13) is asked again every 10 s until the
+    timeout, then named with what it runs; a node on the new release (here: bookworm as the target) passes at once."""
+    waited = replaced_on_this_host(tmp_path, "trixie", 20)
+    debian = Path("/etc/debian_version").read_text().strip()
+    assert waited == {"found": f"Debian {debian}", "ok": False, "attempts": 2}, waited
+    assert replaced_on_this_host(tmp_path, "bookworm", 20) == {"found": f"Debian {debian}", "ok": True, "attempts": 1}
