@@ -219,18 +219,25 @@ def write_child_wrapper(project: Path) -> None:
     TERM``. ansible-runner starts ansible-playbook in a session of its own that ignores SIGHUP, so a SIGKILL of carme
     (a lost terminal, a kill of its process group) left it running beside the next run (measured on the demo: the
     drain's ansible-playbook ran on). Without setpriv (not Linux) the wrapper runs ansible-playbook as it is."""
-    real = shutil.which("ansible-playbook", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
     folder = wrapper_dir(project)
     folder.mkdir(mode=0o700, exist_ok=True)
+    wrapper = folder / "ansible-playbook"
+    # the real one, where the runner's PATH would find it without the wrapper (never the wrapper itself: run from
+    # the wrapper's own PATH lookup, an unresolved name made ansible-playbook start itself again and again)
+    search = [str(Path(sys.executable).parent), *os.environ.get("PATH", os.defpath).split(os.pathsep)]
+    mine = folder.resolve()
+    found = shutil.which("ansible-playbook", path=os.pathsep.join(p for p in search if p and Path(p).resolve() != mine))
+    if found is None or Path(found).resolve().parent == mine:
+        wrapper.unlink(missing_ok=True)  # nothing to wrap: the runner's PATH finds whatever it finds
+        return
     setpriv = shutil.which("setpriv")
-    program = shlex.quote(real or "ansible-playbook")
+    program = shlex.quote(str(Path(found).absolute()))
     if setpriv:
         child = f"{shlex.quote(sys.executable)} -m carme_admin.child"
         command = f"{shlex.quote(setpriv)} --pdeathsig TERM -- {child} {program}"
     else:
         command = program
     text = f'#!/bin/sh\nexec {command} "$@"\n'
-    wrapper = folder / "ansible-playbook"
     if not wrapper.is_file() or wrapper.read_text() != text:
         wrapper.write_text(text)
     wrapper.chmod(0o700)

@@ -130,3 +130,21 @@ def test_a_cancel_reaches_ansible_playbook_as_sigint_and_a_hangup_is_ignored(tmp
     assert proc.poll() is None  # ignored, as pexpect's ignore_sighup did
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=20) == 130
+
+
+def test_the_wrapper_never_runs_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-playbook outside this interpreter's directory (the site test's controller): found on PATH, wrapped by
+    its absolute path; found nowhere: no wrapper at all (a wrapper naming a bare ansible-playbook found itself first
+    on the runner's PATH and started itself again and again: seen in the clean-clone CI)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "ansible-playbook").write_text("#!/bin/sh\nexit 0\n")
+    (elsewhere / "ansible-playbook").chmod(0o755)
+    monkeypatch.setattr(playbook.sys, "executable", str(tmp_path / "nobin" / "python3"))
+    wrapper = playbook.wrapper_dir(tmp_path) / "ansible-playbook"
+    monkeypatch.setenv("PATH", f"{playbook.wrapper_dir(tmp_path)}{os.pathsep}{elsewhere}")
+    playbook.prepare_private_data_dir(tmp_path)
+    assert str(elsewhere / "ansible-playbook") in wrapper.read_text()
+    monkeypatch.setenv("PATH", str(playbook.wrapper_dir(tmp_path)))
+    playbook.prepare_private_data_dir(tmp_path)
+    assert not wrapper.exists()
