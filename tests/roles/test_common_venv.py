@@ -21,7 +21,7 @@ def run_venv_tasks(tmp_path: Path, venv: Path) -> str:
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role: {name: common, tasks_from: venv}\n"
-        f"      vars: {{common_venv_path: {json.dumps(str(venv))}}}\n"
+        f"      vars: {{common_venv_paths: [{json.dumps(str(venv))}]}}\n"
     )
     variables = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     argv = [_ansible_bin("ansible-playbook"), str(playbook), "-i", "localhost,", "-e", json.dumps(variables)]
