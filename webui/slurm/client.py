@@ -47,7 +47,13 @@ class SlurmClient:
     """One slurmrestd endpoint. Each call names the Slurm user it acts as."""
 
     def __init__(
-        self, base_url: str, tokens: TokenSource, *, timeout: float = 5.0, api_version: str = slurmrest.LEGACY
+        self,
+        base_url: str,
+        tokens: TokenSource,
+        *,
+        timeout: float = 5.0,
+        api_version: str = slurmrest.LEGACY,
+        list_timeout: float = 30.0,
     ):
         """``api_version``: ``auto`` (ask slurmrestd; what :func:`make_client` passes by default) or a version.
         Constructed directly (tests against a stand-in), the client speaks Slurm 22.05's."""
@@ -57,6 +63,7 @@ class SlurmClient:
         self.base_url = base_url.rstrip("/")
         self.tokens = tokens
         self.timeout = timeout
+        self.list_timeout = max(timeout, list_timeout)  # the full job list of a big queue (changed())
         self.queries = 0  # requests issued, for the benchmark
         self._count_lock = threading.Lock()
         setting = slurmrest.check_setting(api_version)
@@ -85,7 +92,9 @@ class SlurmClient:
                 raise
             return None
 
-    def request(self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def request(
+        self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
         try:
             token = self.tokens.token(user)
         except TokenRefused as exc:
@@ -100,7 +109,7 @@ class SlurmClient:
         with self._count_lock:
             self.queries += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 status = resp.status
         except urllib.error.HTTPError as exc:
@@ -128,6 +137,22 @@ class SlurmClient:
     def jobs(self, user: str) -> list[dict[str, Any]]:
         doc = self.request("GET", self.api_for(user).path("jobs"), user)
         return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+
+    def changed(self, user: str, what: str, since: int | None) -> tuple[list[dict[str, Any]] | None, int | None]:
+        """``jobs`` or ``nodes``, and Slurm's ``last_update`` of them. With ``since`` (an earlier answer's
+        ``last_update``) Slurm sends nothing when nothing changed after that second: then ``(None, since)``. An answer
+        without ``last_update`` (22.05's v0.0.38) gives ``(records, None)``: no conditional reads with that version."""
+        path = self.api_for(user).path(what)
+        if since is not None:
+            path += "?" + urllib.parse.urlencode({"update_time": since})
+        doc = self.request("GET", path, user, timeout=self.list_timeout)
+        records = [r for r in doc.get(what) or [] if isinstance(r, dict)]
+        stamp = doc.get("last_update")
+        stamp = stamp.get("number") if isinstance(stamp, dict) and stamp.get("set", True) else stamp
+        stamp = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        if since is not None and not records and not stamp:
+            return None, since
+        return records, stamp
 
     def nodes(self, user: str) -> list[dict[str, Any]]:
         doc = self.request("GET", self.api_for(user).path("nodes"), user)
@@ -204,5 +229,6 @@ def make_client(config: Mapping[str, Any]) -> SlurmClient:
         str(config["SLURMRESTD_URL"]),
         tokens,
         timeout=float(config["SLURM_TIMEOUT_SECONDS"]),
+        list_timeout=float(config.get("SLURM_LIST_TIMEOUT_SECONDS", 30.0)),
         api_version=str(config.get("SLURMRESTD_API_VERSION", slurmrest.AUTO)),
     )

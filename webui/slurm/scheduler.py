@@ -32,6 +32,7 @@ from carme_runtime.launch import probe_http as launch_probe
 from webui.caches import SingleFlight
 from webui.caches import SnapshotCache
 from webui.caches import TTLMap
+from webui.slurm.changed import ChangedList
 from webui.slurm.client import SlurmClient
 from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
@@ -141,6 +142,7 @@ class SlurmScheduler:
         # back to it when it is newer than the worker's own.
         self.share_file = share_file
         self.cache = state_cache(self._fetch, cache_seconds, fallback=self._shared_state if share_file else None)
+        self._jobs = ChangedList(client, "jobs", parse_job)  # read again only after a change (webui/slurm/changed.py)
         # GPU-hours: the month's jobs per account (one slurmdbd query per account and ``quota_cache_seconds``, whatever
         # the number of users), the associations (who is in which account) for longer; both asked as the service user
         self._account_jobs: SingleFlight[tuple[dict[str, Any], ...]] = SingleFlight(quota_cache_seconds, jitter=0.25)
@@ -155,12 +157,12 @@ class SlurmScheduler:
     def _fetch(self) -> ClusterState:
         # "as of" the moment the job list was asked for: a job submitted after that may be missing from it
         started = time.time()
-        jobs = self.client.jobs(self.service_user)
+        raw_jobs, jobs = self._jobs.read(self.service_user)  # raw None: no job changed since the last read
         nodes = self.client.nodes(self.service_user)
         parts = self.client.partitions(self.service_user)
-        if self.share_file:
-            self._share({"fetched_at": started, "jobs": jobs, "nodes": nodes, "partitions": parts})
-        return _state_of(jobs, nodes, parts, started)
+        if self.share_file and raw_jobs is not None:  # written when the jobs changed (a big queue's are 77 MB)
+            self._share({"fetched_at": started, "jobs": raw_jobs, "nodes": nodes, "partitions": parts})
+        return ClusterState(jobs, tuple(map(parse_node, nodes)), tuple(map(parse_partition, parts)), started)
 
     def _share(self, raw: dict[str, Any]) -> None:
         assert self.share_file
