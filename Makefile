@@ -188,7 +188,7 @@ molecule: $(PREPARE) ## every Molecule scenario, one after another (and the Debi
 	[ "$(CARME_NODE_IMAGE)" = $(DEBIAN12_IMAGE) ] || $(MAKE) --no-print-directory debian12-parts
 	for s in $$twelve; do scenario $$s $(DEBIAN12_IMAGE); done
 
-# every benchmark on the demo (brought up first when it is not), bounded (under 20 min): bench/results/<date>.{json,md}
+# every benchmark on the demo (brought up first when it is not), bounded (under 45 min): bench/results/<date>.{json,md}
 bench: venv
 	carme demo status > /dev/null || $(MAKE) --no-print-directory demo
 	$(PY) bench/run_all.py

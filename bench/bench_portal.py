@@ -28,7 +28,10 @@ whatever happens. Per run: latencies (also of the window's second half, after th
 calls per second from slurmrestd's own log (cross-checked with TCP connections and slurmctld/slurmdbd RPC counters),
 CPU time per request of each process group in the head; after the runs, PSS and RSS of gunicorn and nginx
 (smaps_rollup). Results go to the ``demo`` key of the output file (the stand-in's keys stay). Run it under the
-demo's lock: ``flock /tmp/carme-demo.lock``.
+demo's lock: ``flock /tmp/carme-demo.lock``. ``--queue N --nodes M`` (``make bench``: 10,000 and 1,000): then the
+most users once more with N held jobs of the bench users in Slurm's queue and M nodes declared in the head's
+slurm.conf, and what each of the portal's reads of the cluster state costs then (bench_queue.py; all of it undone
+after the run).
 
 Usage::
 
@@ -58,6 +61,8 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from typing import ClassVar
+
+import bench_queue
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_USERS = 1000
@@ -301,6 +306,8 @@ async def user_loop(
             if t0 >= count_from:
                 if status != b"200" or b"My sessions" not in body:
                     errors.append(status.decode())
+                elif b"The scheduler is not reachable right now" in body:  # _banner.html: the user sees no state
+                    errors.append("200 with the banner 'scheduler not reachable'")
                 else:
                     lat.append(elapsed)
             await asyncio.sleep(think)
@@ -894,14 +901,17 @@ tok() { runuser -u carme-portal -- /opt/carme/webui-venv/bin/python -c \
 restd() { n=$1 u=$2 t=$3 path=$4; shift 4; curl -s -o /dev/null -w "$n %{http_code} %{time_total}\n" -G \
           -H "X-SLURM-USER-NAME: $u" -H "X-SLURM-USER-TOKEN: $t" "$@" "http://127.0.0.1:6820$path"; }
 T=$(tok carme-portal)
+# the API version the portal's adapter chose (webui/slurm/client.py api_for), not one written here
+V=$(runuser -u carme-portal -- /opt/carme/webui-venv/bin/python -c 'from webui import create_app
+print(create_app().extensions["carme_scheduler"].client.api_for("carme-portal").version)')
 for i in 1 2 3; do
-  for e in jobs nodes partitions reservations; do restd $e carme-portal $T /slurm/v0.0.38/$e; done
+  for e in jobs nodes partitions reservations; do restd $e carme-portal $T /slurm/$V/$e; done
 done
 T=$(tok $CARME_USER)
 SINCE=$(date +%Y-%m-01T00:00:00)  # what the portal asks (webui/slurm/client.py account_jobs)
 for i in 1 2 3; do
-  restd associations $CARME_USER $T /slurmdb/v0.0.38/associations --data-urlencode "user=$CARME_USER"
-  restd accounting_jobs $CARME_USER $T /slurmdb/v0.0.38/jobs --data-urlencode "account=$CARME_ACCOUNT" \
+  restd associations $CARME_USER $T /slurmdb/$V/associations --data-urlencode "user=$CARME_USER"
+  restd accounting_jobs $CARME_USER $T /slurmdb/$V/jobs --data-urlencode "account=$CARME_ACCOUNT" \
     --data-urlencode "start_time=$SINCE" --data-urlencode skip_steps=true
 done
 # The portal's own code, timed: the cluster-state refresh (every SCHEDULER_CACHE_SECONDS per worker; requests wait
@@ -1002,14 +1012,36 @@ def head_setup() -> dict[str, Any]:
     }
 
 
-def run_demo(counts: list[str] | list[int], duration: float, warmup: float, think: float) -> dict[str, Any]:
+def big_cluster_run(cookies: list[str], queue: int, nodes: int, timing: tuple[float, float, float]) -> dict[str, Any]:
+    """The most users again, with ``queue`` held jobs in Slurm's queue and ``nodes`` declared (bench/bench_queue.py)."""
+    print(f"demo: {nodes} nodes declared, {queue} jobs queued ...", flush=True)
+    cluster = bench_queue.declare_nodes(on_head, nodes, queue)
+    cluster.update(bench_queue.fill(on_head, bench_names(len(cookies)), queue, DEMO_ACCOUNT))
+    print(json.dumps(cluster), flush=True)
+    time.sleep(bench_queue.SETTLE_S)  # slurmctld's burst of work on the new jobs is over, as on a site's busy day
+    cluster["reads"] = bench_queue.read_costs(on_head, DEMO_SETTINGS)  # what the portal's refresh costs now
+    print(f"reads over that cluster: {json.dumps(cluster['reads'])}", flush=True)
+    duration, warmup, think = timing
+    print(f"demo: {len(cookies)} users over that queue, {warmup + duration:.0f} s ...", flush=True)
+    run = demo_run(cookies, duration, warmup, think)
+    run["cluster"] = cluster
+    print(json.dumps({k: v for k, v in run.items() if k != "memory_after"}), flush=True)
+    return run
+
+
+def run_demo(
+    counts: list[str] | list[int], duration: float, warmup: float, think: float, queue: int = 0, nodes: int = 0
+) -> dict[str, Any]:
     users = [int(u) for u in counts]
     try:
         on_head(["true"], timeout=30)
     except Exception as exc:
         raise SystemExit(f"cannot podman exec into {DEMO_HEAD} (make demo): {exc}") from exc
     setup = head_setup()
-    leftovers = remove_demo_users()  # an interrupted earlier run
+    big = queue > 0 or nodes > 2
+    leftovers = {**(bench_queue.restore(on_head) if big else {}), **remove_demo_users()}  # an interrupted run
+    if big:
+        leftovers.update(bench_queue.wait_purged(on_head))
     runs = []
     t0 = time.monotonic()
     try:
@@ -1023,10 +1055,13 @@ def run_demo(counts: list[str] | list[int], duration: float, warmup: float, thin
             run = demo_run(cookies[:n], duration, warmup, think)
             print(json.dumps({k: v for k, v in run.items() if k != "memory_after"}), flush=True)
             runs.append(run)
+        if big:
+            runs.append(big_cluster_run(cookies, queue, nodes, (duration, warmup, think)))
     finally:
-        cleanup = remove_demo_users()
+        cleanup = {**(bench_queue.restore(on_head) if big else {}), **remove_demo_users()}
         print(f"bench users removed: {cleanup}", flush=True)
-    last = max(runs, key=lambda r: int(r["users"]))
+    last = runs[-1]  # the most users, and the big cluster where one was asked for
+    over = f" with {queue} jobs queued and {nodes} nodes declared" if big else ""
     return {
         "benchmark": "portal dashboard on the demo's real stack (bench/bench_portal.py --target demo)",
         "goal": {
@@ -1059,7 +1094,7 @@ def run_demo(counts: list[str] | list[int], duration: float, warmup: float, thin
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "floor": floor,
         "runs": runs,
-        "memory": {"measured": f"at the end of the {last['users']}-user run", **last["memory_after"]},
+        "memory": {"measured": f"at the end of the {last['users']}-user run{over}", **last["memory_after"]},
     }
 
 
@@ -1106,6 +1141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--think", type=float, default=1.0, help="seconds each user waits between page loads")
     ap.add_argument("--workers", type=int, default=2, help="stand-in only (the demo runs what its role deployed)")
     ap.add_argument("--threads", type=int, default=16, help="stand-in only")
+    ap.add_argument("--queue", type=int, default=0,
+                    help="--target demo: the most users again over this many held jobs")  # fmt: skip
+    ap.add_argument("--nodes", type=int, default=0,
+                    help="--target demo: the nodes slurm.conf declares in that run")  # fmt: skip
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "portal.json")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of latency (p50/p99) against users")
     args = ap.parse_args(argv)
@@ -1119,7 +1158,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--target demo counts slurmrestd calls over at most {TIME_WAIT_S - 2} s: use a shorter --duration")
     previous: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     if demo:
-        doc = {**previous, "demo": run_demo(counts, duration, args.warmup, args.think)}
+        nodes_ok = args.nodes == 0 or 2 <= args.nodes <= bench_queue.MAX_NODES
+        if not 0 <= args.queue <= bench_queue.MAX_QUEUE or not nodes_ok:
+            ap.error(f"--queue must be 0..{bench_queue.MAX_QUEUE}, --nodes 2..{bench_queue.MAX_NODES}")
+        doc = {**previous, "demo": run_demo(counts, duration, args.warmup, args.think, args.queue, args.nodes)}
     else:
         doc = run_stand_in(counts, duration, args)
         if "demo" in previous:
