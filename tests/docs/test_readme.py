@@ -106,3 +106,12 @@ def test_the_long_parts_are_in_docs() -> None:
     assert "| What | CI (`make test`) | Demo (`make demo`) | Real sites only |" in matrix
     assert len(re.findall(r"^\| .+ \|$", matrix, re.M)) >= 37
     assert "| What | Measured | Goal | |" in (REPO / "docs" / "performance.md").read_text()
+
+
+def test_the_performance_page_copies_the_last_bench_table() -> None:
+    """docs/performance.md shows the table of the newest `make bench` run (bench/results/<date>.md), row for row."""
+    newest = max((REPO / "bench" / "results").glob("20??-??-??.md"))
+    rows = [line for line in newest.read_text().splitlines() if line.startswith("| ")]
+    page = (REPO / "docs" / "performance.md").read_text()
+    missing = [row for row in rows if row not in page]
+    assert rows and not missing, f"{newest.name}: rows not in docs/performance.md: {missing}"
