@@ -1029,19 +1029,25 @@ def big_cluster_run(cookies: list[str], queue: int, nodes: int, timing: tuple[fl
     return run
 
 
-def run_demo(
-    counts: list[str] | list[int], duration: float, warmup: float, think: float, queue: int = 0, nodes: int = 0
-) -> dict[str, Any]:
-    users = [int(u) for u in counts]
+def prepare_demo(big: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The head reachable, what it runs, and an interrupted earlier run's users (and big cluster) removed."""
     try:
         on_head(["true"], timeout=30)
     except Exception as exc:
         raise SystemExit(f"cannot podman exec into {DEMO_HEAD} (make demo): {exc}") from exc
     setup = head_setup()
-    big = queue > 0 or nodes > 2
-    leftovers = {**(bench_queue.restore(on_head) if big else {}), **remove_demo_users()}  # an interrupted run
+    leftovers = {**(bench_queue.restore(on_head) if big else {}), **remove_demo_users()}
     if big:
         leftovers.update(bench_queue.wait_purged(on_head))
+    return setup, leftovers
+
+
+def run_demo(
+    counts: list[str] | list[int], duration: float, warmup: float, think: float, queue: int = 0, nodes: int = 0
+) -> dict[str, Any]:
+    users = [int(u) for u in counts]
+    big = queue > 0 or nodes > 2
+    setup, leftovers = prepare_demo(big)
     runs = []
     t0 = time.monotonic()
     try:

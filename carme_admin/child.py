@@ -29,9 +29,20 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGTERM, _end_group)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    child = subprocess.Popen(argv)
-    signal.signal(signal.SIGINT, lambda signum, frame: child.send_signal(signal.SIGINT))
-    return child.wait()
+    started: list[subprocess.Popen[bytes]] = []
+    asked: list[int] = []  # a SIGINT that came while the child was being started: sent to it once it is
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if started:
+            started[0].send_signal(signal.SIGINT)
+        else:
+            asked.append(signum)
+
+    signal.signal(signal.SIGINT, forward)  # before the start: no moment where a cancel is a KeyboardInterrupt here
+    started.append(subprocess.Popen(argv))
+    if asked:
+        started[0].send_signal(signal.SIGINT)
+    return started[0].wait()
 
 
 if __name__ == "__main__":
