@@ -147,9 +147,7 @@ class SlurmClient:
             path += "?" + urllib.parse.urlencode({"update_time": since})
         doc = self.request("GET", path, user, timeout=self.list_timeout)
         records = [r for r in doc.get(what) or [] if isinstance(r, dict)]
-        stamp = doc.get("last_update")
-        stamp = stamp.get("number") if isinstance(stamp, dict) and stamp.get("set", True) else stamp
-        stamp = stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else None
+        stamp = slurmrest.number(doc.get("last_update")) or None  # missing, unset or 0: none
         if since is not None and not records and not stamp:
             return None, since
         return records, stamp

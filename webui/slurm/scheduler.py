@@ -52,6 +52,7 @@ from webui.slurm.session_spec import build_payload
 from webui.slurm.session_spec import load_apps
 from webui.slurm.state import ClusterState
 from webui.slurm.state import Endpoint
+from webui.slurm.state import Job
 from webui.tokens import token_hash
 
 
@@ -162,7 +163,7 @@ class SlurmScheduler:
         parts = self.client.partitions(self.service_user)
         if self.share_file and raw_jobs is not None:  # written when the jobs changed (a big queue's are 77 MB)
             self._share({"fetched_at": started, "jobs": raw_jobs, "nodes": nodes, "partitions": parts})
-        return ClusterState(jobs, tuple(map(parse_node, nodes)), tuple(map(parse_partition, parts)), started)
+        return _state_of(jobs, nodes, parts, started)
 
     def _share(self, raw: dict[str, Any]) -> None:
         assert self.share_file
@@ -182,7 +183,7 @@ class SlurmScheduler:
         try:
             with open(self.share_file, encoding="utf-8") as f:
                 raw = json.load(f)
-            return _state_of(raw["jobs"], raw["nodes"], raw["partitions"], float(raw["fetched_at"]))
+            return _state_of(tuple(map(parse_job, raw["jobs"])), raw["nodes"], raw["partitions"], raw["fetched_at"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -327,13 +328,9 @@ def job_gpu_hours(
     return gpu_hours_within(job_record(job), since, until, time.time() if now is None else now)
 
 
-def _state_of(jobs: Sequence[Any], nodes: Sequence[Any], parts: Sequence[Any], fetched_at: float) -> ClusterState:
-    return ClusterState(
-        jobs=tuple(parse_job(j) for j in jobs),
-        nodes=tuple(parse_node(n) for n in nodes),
-        partitions=tuple(parse_partition(p) for p in parts),
-        fetched_at=fetched_at,
-    )
+def _state_of(jobs: tuple[Job, ...], nodes: Sequence[Any], parts: Sequence[Any], fetched_at: float) -> ClusterState:
+    """Parsed jobs (webui/slurm/changed.py keeps them between refreshes) with the nodes and partitions as read."""
+    return ClusterState(jobs, tuple(map(parse_node, nodes)), tuple(map(parse_partition, parts)), float(fetched_at))
 
 
 def probe_http(endpoint: Endpoint, path: str, headers: Mapping[str, str], timeout: float) -> bool:
