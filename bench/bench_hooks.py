@@ -20,6 +20,7 @@ Usage::
     .venv/bin/python bench/bench_hooks.py                # the scripts of the running interpreter's venv
     .venv/bin/python bench/bench_hooks.py --wheel        # also: a regular install in a fresh venv
     .venv/bin/python bench/bench_hooks.py --runs 200 --out bench/results/hooks.json
+    .venv/bin/python bench/bench_hooks.py --node carme-demo-node1   # also: the hooks installed on a demo node
 
 Why ``--wheel``: an editable install (``pip install -e``) adds a ``.pth`` finder that every Python in that
 venv imports at start-up (about 13 ms here); compute nodes get a regular install, which ``--wheel`` measures.
@@ -201,9 +202,30 @@ def build_plain_venv(dest: Path) -> Path:
     return venv / "bin"
 
 
+def bench_on_node(node: str, venv: str, runs: int) -> dict[str, object]:
+    """The same series inside a demo node (``podman exec``), on the hooks the role installed there: the node's own
+    Python and venv (Debian 13: Python 3.13), as slurmd runs them; this file is copied in and run by the node's
+    Python, which needs nothing beyond the standard library."""
+    inside = "/tmp/carme-bench-hooks.py"
+    subprocess.run(["podman", "cp", __file__, f"{node}:{inside}"], check=True)
+    out = f"/tmp/carme-bench-hooks-{os.getpid()}.json"
+    argv = [f"{venv}/bin/python3", "-I", inside, "--bindir", f"{venv}/bin", "--runs", str(runs), "--out", out]
+    try:
+        subprocess.run(["podman", "exec", node, *argv], check=True, capture_output=True, timeout=600)
+        raw = subprocess.run(["podman", "exec", node, "cat", out], check=True, capture_output=True, text=True)
+    finally:
+        subprocess.run(["podman", "exec", node, "rm", "-f", inside, out], check=False, capture_output=True)
+    inner = json.loads(raw.stdout)
+    result = dict(inner["results"][0])
+    result["install"] = f"installed on the demo's {node} by the role (Python {inner['machine']['python']})"
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--node", help="also measure the hooks installed in this demo node container (podman)")
+    parser.add_argument("--node-venv", default="/opt/carme/venv", help="the runtime's venv on that node")
     parser.add_argument("--bindir", type=Path, default=Path(sys.executable).parent)
     parser.add_argument("--wheel", action="store_true", help="also measure a regular (non-editable) install")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "hooks.json")
@@ -212,6 +234,8 @@ def main() -> int:
     if args.wheel:
         with tempfile.TemporaryDirectory(prefix="carme-wheel-") as tmp:
             results.append(bench_install(build_plain_venv(Path(tmp)), args.runs, "regular install in a fresh venv"))
+    if args.node:
+        results.append(bench_on_node(args.node, args.node_venv, args.runs))
     for r in results:
         series = [v for k, v in r.items() if k in ("prolog", "epilog", "epilog_leftovers") and isinstance(v, dict)]
         r["meets_goal"] = all(v["median_ms"] <= GOAL_MS and v["p95_ms"] <= GOAL_MS for v in series)

@@ -52,7 +52,7 @@ PORTAL_PNG = "bench/results/portal.png"
 BENCHES: dict[str, tuple[list[str], float]] = {
     "rerun": ([PY, "bench/run_all.py", "--rerun-once"], 360.0),
     "render": ([PY, "bench/bench_render.py", "--plot", "bench/results/render.png"], 300.0),
-    "hooks": ([PY, "bench/bench_hooks.py", "--runs", "100", "--wheel"], 240.0),
+    "hooks": ([PY, "bench/bench_hooks.py", "--runs", "100", "--wheel", "--node", "carme-demo-node1"], 300.0),
     "start": (
         [PY, "bench/bench_start.py", "--runs", "20", "--concurrent", "10", "--plot", "bench/results/start.png"],
         600.0,
@@ -145,8 +145,9 @@ def rows_render(r: dict[str, Any]) -> list[Row]:
 def rows_hooks(r: dict[str, Any]) -> list[Row]:
     out: list[Row] = []
     results = r.get("results", [])
-    regular = [res for res in results if str(res.get("install", "")).startswith("regular")]
-    for res in regular or results:  # a regular install is what sites run
+    # a regular install is what sites run; "installed on": the role's install on a demo node, the node's Python
+    regular = [res for res in results if str(res.get("install", "")).startswith(("regular", "installed on"))]
+    for res in regular or results:
         base = dig(res, "python_startup", "p95_ms")
         for path in ("prolog", "epilog", "epilog_leftovers"):
             p95 = dig(res, path, "p95_ms")
@@ -240,7 +241,8 @@ def rows_setup(r: dict[str, Any]) -> list[Row]:
     demo = max(fresh, key=lambda v: str(v.get("date")), default={})
     rows.append((f"`make demo` on a fresh machine (measured {demo.get('date', 'never')}, {demo.get('commit', '')})",
                  fmt(demo.get("make_demo_s"), " s"), "≤ 480 s", verdict(demo.get("make_demo_s"), 480.0)))  # fmt: skip
-    ci = max((v for k, v in r.items() if k.startswith("ci_official")), key=lambda v: str(v.get("date")), default={})
+    official = [v for k, v in r.items() if k.startswith("ci_official") and isinstance(v, dict)]
+    ci = max(official, key=lambda v: (str(v.get("date")), int(v.get("stop", 0))), default={})
     total = ci.get("ci_total_s")
     rows.append((f"clean-clone CI (`bash .ci/run` = setup + `make test` on Debian 13 with Debian 12's smoke set; "
                  f"{ci.get('date', 'no record')}, {ci.get('commit', '')})", fmt(total, " s"),
