@@ -139,7 +139,7 @@ import glob, json, os, subprocess, sys, threading, time
 from carme_runtime.front import front_headers
 from carme_runtime.launch import probe_http
 LIFETIME, SQUEUE_S, FILE_S, PROBE_S, PROBE_FOR = (float(a) for a in sys.argv[1:6])
-FLOOR_SECRETS = "/root/.carme-bench-floor"
+FLOOR_SECRETS = sys.argv[6]
 out_lock = threading.Lock()
 def emit(**ev):
     ev.setdefault("ts", time.time())
@@ -316,7 +316,7 @@ class Watcher:
         self.squeue_call_s: list[float] = []
         self.cond = threading.Condition()
         argv = ["podman", "exec", "-i", HEAD, HEAD_PYTHON, "-u", "-c", WATCH_SCRIPT, str(lifetime_s), "0.1", "0.05",
-                "0.05", str(RUN_TIMEOUT_S * 2)]  # fmt: skip
+                "0.05", str(RUN_TIMEOUT_S * 2), FLOOR_SECRETS]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -221,14 +221,13 @@ def rows_jupyterhub(r: dict[str, Any]) -> list[Row]:
     # the brief's target: Carme's overhead over its floor at most half of JupyterHub's over its own, same cluster
     start = load("start")
     carme_med = dig(start, "portal", "http200", "median_s")
+    when = f"start {str(start.get('date', ''))[:16]}, hub {str(r.get('date', ''))[:16]}"
     if not same_run(str(start.get("date", "")), str(r.get("date", ""))):
-        when = f"start {str(start.get('date', ''))[:16]}, hub {str(r.get('date', ''))[:16]}"
         rows.append(("Carme against JupyterHub + batchspawner (ratio and overheads)",
                      f"not compared: the two benches are of different runs ({when})", "≥ x2", ""))  # fmt: skip
         return rows
     if carme_med and hub_med is not None:
         ratio = round(float(hub_med) / float(carme_med), 2)
-        when = f"start {str(start.get('date', ''))[:16]}, hub {str(r.get('date', ''))[:16]}"
         rows.append(("JupyterHub + batchspawner median over Carme's, same demo (the two benches of one make bench)",
                      f"x{fmt(ratio)} ({fmt(hub_med, ' s')} / {fmt(carme_med, ' s')}; {when})", "≥ x2",
                      "met" if ratio >= 2.0 else "missed"))  # fmt: skip
