@@ -96,6 +96,13 @@ SCHEDULER_CACHE_SECONDS = 2.0
 # session starts.
 STARTING_STATE_SECONDS = 0.5
 STARTING_POLL_SECONDS = 0.5
+# The dashboard's long poll while a session starts (GET /api/sessions?wait=): the answer comes when a watched session
+# changes, from state at most LONG_POLL_STEP_SECONDS old; a worker lends at most LONG_POLL_SLOTS of its threads to
+# waiting dashboards (beyond that they are answered at once and poll every STARTING_POLL_SECONDS).
+LONG_POLL_WAIT_SECONDS = 3.0  # the start log under the row is read again after each answer
+LONG_POLL_MAX_SECONDS = 10.0
+LONG_POLL_STEP_SECONDS = 0.1
+LONG_POLL_SLOTS = 8
 PROXY_RECHECK_SECONDS = 0.5  # a proxied request for a session that looks not ready re-reads state at most this often
 QUOTA_CACHE_SECONDS = 60.0
 # Who is in which Slurm account (for the GPU-hours, read once for all users as SLURM_SERVICE_USER) is kept this long.

@@ -4,7 +4,8 @@
 While a session runs and its app is not yet ready, the portal shows it from a state at most
 ``STARTING_STATE_SECONDS`` old (one fetch per worker, shared by every user), and the dashboard loads
 ``dashboard.js``, which asks ``/api/sessions`` every ``STARTING_POLL_SECONDS`` (15 s otherwise) and updates the rows.
-A pending session is watched the same way (no fresher state is asked for it); a ready one is not watched at all.
+A session submitted in the last ``STARTING_WINDOW_SECONDS`` and still pending is watched the same way, from fresh
+state too (its start is seen as soon as Slurm shows it, issue 32); a ready one is not watched at all.
 """
 
 from __future__ import annotations
@@ -59,17 +60,22 @@ def test_a_running_session_not_yet_ready_is_shown_from_fresh_state(
     assert sched.asked == [None, app.config["STARTING_STATE_SECONDS"]]
 
 
-def test_a_ready_or_pending_session_costs_no_fresher_state(
-    app: Flask, client: Any, fake_scheduler: FakeScheduler
-) -> None:
+def test_a_ready_session_costs_no_fresher_state(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
     ready = add_session(app, fake_scheduler, "alice", running=True, ready=True)
-    pending = add_session(app, fake_scheduler, "alice", running=False)
     log_in_as(app, client, "alice")
     sched = aged(app, fake_scheduler)
     views = listing(client)
     assert views[ready]["ready"] and not views[ready]["starting"] and not views[ready]["watch"]
-    assert not views[pending]["starting"] and views[pending]["watch"]  # watched by the page, from the usual cache
     assert sched.asked == [None]
+
+
+def test_a_pending_session_is_shown_from_fresh_state(app: Flask, client: Any, fake_scheduler: FakeScheduler) -> None:
+    pending = add_session(app, fake_scheduler, "alice", running=False)
+    log_in_as(app, client, "alice")
+    sched = aged(app, fake_scheduler)
+    view = listing(client)[pending]
+    assert not view["starting"] and view["watch"]  # watched by the page, its start seen from fresh state
+    assert sched.asked == [None, app.config["STARTING_STATE_SECONDS"]]
 
 
 def test_the_dashboard_watches_only_while_a_session_starts(

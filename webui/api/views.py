@@ -38,7 +38,7 @@ from webui.sessions.records import parse_job_id
 from webui.sessions.records import proxy_path
 from webui.sessions.service import start_session as start
 from webui.sessions.service import stop_session as stop
-from webui.sessions.status import my_session_views
+from webui.sessions.status import wait_for_session_change
 from webui.slurm.scheduler import current_scheduler
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -83,9 +83,23 @@ def csrf_token() -> Any:
 def list_sessions() -> Any:
     user = current_user()
     assert user is not None
-    state, views = my_session_views(user.username)
+    state, views, waited = wait_for_session_change(user.username, _wait_seconds())
     # with the words and flags of the dashboard's rows (webui/static/dashboard.js updates them in place)
-    return jsonify(sessions=with_row_fields(views), scheduler_error=state.error)
+    return jsonify(sessions=with_row_fields(views), scheduler_error=state.error, waited=waited)
+
+
+def _wait_seconds() -> float:
+    """``?wait=`` of ``GET /api/sessions``: how long the answer may wait for a starting session to change (a long
+    poll), 0 (the default) to ``LONG_POLL_MAX_SECONDS``."""
+    raw = request.args.get("wait", "0")
+    limit = float(current_app.config.get("LONG_POLL_MAX_SECONDS", 10.0))
+    try:
+        wait = float(raw)
+    except ValueError:
+        wait = -1.0
+    if not 0 <= wait <= limit:  # also NaN
+        abort(400, description=f"wait: seconds from 0 to {limit:g}")
+    return wait
 
 
 @bp.route("/sessions", methods=["POST"])

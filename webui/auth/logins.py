@@ -22,6 +22,7 @@ from sqlalchemy import bindparam
 from sqlalchemy import delete
 from sqlalchemy import select
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from webui.auth.ldap import LdapUnavailable
 from webui.auth.ldap import directory_groups
@@ -163,6 +164,10 @@ def _recheck(key: str, username: str, now: dt.datetime) -> bool | None:
     LDAP unreachable (or no groups readable): no admin rights until the next check (fail closed), the login goes on.
     """
     cfg = current_app.config
+    # the write below in a transaction of its own: MariaDB 11.8 (innodb_snapshot_isolation) refuses to change a row
+    # that another request changed after this transaction first read it (error 1020), as two requests of one login
+    # that recheck at once would
+    db.session.rollback()
     try:
         groups: frozenset[str] | None = directory_groups(cfg, username)
     except LdapUnavailable as exc:
@@ -175,12 +180,23 @@ def _recheck(key: str, username: str, now: dt.datetime) -> bool | None:
         groups = None
     required = cfg.get("LDAP_USER_GROUP")
     if groups is not None and required and required not in groups:
-        db.session.execute(delete(Login).where(Login.id == key))
-        db.session.add(AuditLog(actor="-", action="login.ended", target=username, details={"why": "group"}, time=now))
-        db.session.commit()
+        ended = AuditLog(actor="-", action="login.ended", target=username, details={"why": "group"}, time=now)
+        _write_recheck(username, delete(Login).where(Login.id == key), ended)
         return None
     is_admin = groups is not None and str(cfg["LDAP_ADMIN_GROUP"]) in groups
     values = {"is_admin": is_admin, "checked_at": now, "expires_at": now + current_app.permanent_session_lifetime}
-    db.session.execute(update(Login).where(Login.id == key).values(**values))
-    db.session.commit()
+    _write_recheck(username, update(Login).where(Login.id == key).values(**values))
     return is_admin
+
+
+def _write_recheck(username: str, statement: Any, audit: AuditLog | None = None) -> None:
+    """Write a recheck's outcome; a conflict with another request of the same login, which rechecked at the same
+    moment and wrote the same, is not this request's failure (it goes on with what it read from LDAP)."""
+    try:
+        db.session.execute(statement)
+        if audit is not None:
+            db.session.add(audit)
+        db.session.commit()
+    except OperationalError as exc:
+        db.session.rollback()
+        current_app.logger.info("group recheck for %s: written by another request meanwhile (%s)", username, exc.orig)

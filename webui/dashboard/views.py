@@ -75,6 +75,7 @@ def index() -> Any:
         watch=any(s["watch"] for s in sessions),
         poll_ms=int(float(current_app.config.get("STARTING_POLL_SECONDS", 0.5)) * 1000),
         idle_poll_ms=IDLE_POLL_SECONDS * 1000,
+        poll_wait_s=f"{float(current_app.config.get('LONG_POLL_WAIT_SECONDS', 3.0)):g}",
         extend_choices=EXTEND_CHOICES,
         plural=plural,
     )

@@ -5,6 +5,7 @@ or failed, whether its app is ready (Connect), and when it ends. A session whose
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from typing import Any
 
@@ -74,21 +75,66 @@ def _reason(job: Job, lost: list[str]) -> str:
     return ""
 
 
-def my_session_views(username: str) -> tuple[ClusterState, list[dict[str, Any]]]:
+def my_session_views(username: str, fresh: float | None = None) -> tuple[ClusterState, list[dict[str, Any]]]:
     """The user's sessions as the dashboard and ``/api/sessions`` show them.
 
-    While one of them starts, from a state at most ``STARTING_STATE_SECONDS`` old instead of
-    ``SCHEDULER_CACHE_SECONDS``: the portal sees the launcher's "ready" soon after it is published. The fresher state
-    is the worker's shared cache too (single-flight), so scheduler calls do not grow with the users who wait.
+    While one of them is watched (starting, or submitted recently and pending), from a state at most
+    ``STARTING_STATE_SECONDS`` (or ``fresh``) old instead of ``SCHEDULER_CACHE_SECONDS``: the portal sees the job
+    start and the launcher's "ready" soon after Slurm shows them. The fresher state is the worker's shared cache too
+    (single-flight; the jobs asked only whether any changed, nodes and partitions read at most every
+    ``SCHEDULER_CACHE_SECONDS``), so scheduler calls do not grow with the users who wait.
     """
     records = my_portal_sessions(username)
     state = current_scheduler().state()
     views = session_views(state, records)
-    fresh = float(current_app.config.get("STARTING_STATE_SECONDS", 0.5))
-    if any(v["starting"] for v in views) and time.time() - state.fetched_at > fresh:
+    if fresh is None:
+        fresh = float(current_app.config.get("STARTING_STATE_SECONDS", 0.5))
+    if any(v["watch"] for v in views) and time.time() - state.fetched_at > fresh:
         state = current_scheduler().state(max_age=fresh)
         views = session_views(state, records)
     return state, views
+
+
+def _watched(views: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What of the views a long poll waits to change: which sessions, their state, reason and readiness."""
+    return [(v["job_id"], v["state"], v["reason"], v["ready"], v["watch"]) for v in views]
+
+
+_wait_slots: dict[int, threading.BoundedSemaphore] = {}
+
+
+def _slots() -> threading.BoundedSemaphore:
+    """This worker's long-poll slots (``LONG_POLL_SLOTS``: the threads a worker lends to waiting dashboards)."""
+    n = int(current_app.config.get("LONG_POLL_SLOTS", 8))
+    return _wait_slots.setdefault(n, threading.BoundedSemaphore(n))
+
+
+def wait_for_session_change(username: str, wait: float) -> tuple[ClusterState, list[dict[str, Any]], bool]:
+    """``my_session_views``, answered as soon as a watched session changes (one starting, or submitted in the last
+    ``STARTING_WINDOW_SECONDS`` and pending), or after ``wait`` seconds (a long poll): the dashboard learns that the
+    job runs and that its app is ready within ``LONG_POLL_STEP_SECONDS`` of Slurm showing it, instead of after its
+    next poll and the state's age. The state is the worker's shared cache, read at most every step whatever the
+    number of waiting users. Answers at once (``waited`` False) when no session is watched or the worker's slots are
+    taken: the dashboard then asks again after ``STARTING_POLL_SECONDS``."""
+    state, views = my_session_views(username)
+    if wait <= 0 or not any(v["watch"] for v in views):
+        return state, views, False
+    slots = _slots()
+    if not slots.acquire(blocking=False):
+        return state, views, False
+    try:
+        step = float(current_app.config.get("LONG_POLL_STEP_SECONDS", 0.1))
+        first = _watched(views)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(step)
+            db.session.rollback()  # a new transaction: rows another request committed meanwhile are seen
+            state, views = my_session_views(username, fresh=step)
+            if _watched(views) != first or state.error:
+                break
+    finally:
+        slots.release()
+    return state, views, True
 
 
 def session_views(

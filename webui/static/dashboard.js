@@ -1,8 +1,8 @@
 // The dashboard's live rows (no page reload, no inline script: CSP script-src 'self').
-// Asks the portal's own /api/sessions (same origin, the login cookie) every data-poll-idle-ms (15 s), or every
-// data-poll-fast-ms (STARTING_POLL_SECONDS) while a session starts, and updates each row in place: state, reason,
-// time left, the "ends soon" warning and the Connect / Extend / Stop / Dismiss buttons. A session that appears or
-// goes away reloads the page once (its row is rendered by the portal). Changes are announced politely
+// Asks the portal's own /api/sessions (same origin, the login cookie) every data-poll-idle-ms (15 s), or while a
+// session starts as a long poll (?wait=data-poll-wait-s: answered when it changes), and updates each row in place:
+// state, reason, time left, the "ends soon" warning and the Connect / Extend / Stop / Dismiss buttons. A session
+// that appears or goes away reloads the page once (its row is rendered by the portal). Changes are announced politely
 // (#sessions-live, aria-live). A starting session's start log (/history/<job>/log?lines=15) is shown under its
 // row until the app is ready. Stop opens a <dialog> asking for confirmation; without JavaScript the Stop link leads
 // to the confirmation page, and the "Refresh" link reloads the page.
@@ -15,6 +15,7 @@
   var fast = parseInt(table.getAttribute("data-poll-fast-ms"), 10) || 500;
   var idle = parseInt(table.getAttribute("data-poll-idle-ms"), 10) || 15000;
   var every = parseInt(table.getAttribute("data-poll-ms"), 10) || idle;
+  var waitS = parseFloat(table.getAttribute("data-poll-wait-s")) || 0;
   var live = document.getElementById("sessions-live");
 
   function rowOf(id) { return table.querySelector("tr[data-job='" + id + "']"); }
@@ -85,11 +86,19 @@
       .catch(function () { /* no log yet: the row keeps its placeholder */ });
   }
 
+  // While a session starts, a long poll: the portal answers when a watched session changes (or after waitS); an
+  // answer that did not wait (the portal's waiting slots were taken) or a failed one is asked again after the fast
+  // interval while a session is watched (the idle one otherwise, and after three failures in a row).
+  var failures = 0;
+  function failed() { failures += 1; window.setTimeout(poll, failures > 3 ? idle : every); }
   function poll() {
-    fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" }, cache: "no-store" })
+    var watching = every !== idle;
+    var ask = watching && waitS > 0 ? url + "?wait=" + waitS : url;
+    fetch(ask, { credentials: "same-origin", headers: { "Accept": "application/json" }, cache: "no-store" })
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (body) {
-        if (!body) { window.setTimeout(poll, idle); return; }
+        if (!body) { failed(); return; }
+        failures = 0;
         var sessions = body.sessions || [];
         if (!sameSet(sessions)) { window.location.reload(); return; }
         var starting = false;
@@ -98,9 +107,9 @@
           starting = starting || !!sessions[i].watch;
         }
         every = starting ? fast : idle;
-        window.setTimeout(poll, every);
+        window.setTimeout(poll, starting && body.waited ? 0 : every);
       })
-      .catch(function () { window.setTimeout(poll, idle); });
+      .catch(failed);
   }
   window.setTimeout(poll, every);
 
