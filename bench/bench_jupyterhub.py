@@ -57,11 +57,20 @@ for alice and her job is gone from squeue.
 **floor**: the same request without the hub: as alice (``runuser``), ``sbatch`` of a two-line script that execs the
 app environment's ``jupyter-lab`` on a random port with a random token (``JUPYTER_TOKEN`` in the job environment,
 never in argv), with the same partition, QOS, account, CPUs, memory, GPU, time limit, working directory and
-``--export`` of names; polled directly on its node's port from the head every 0.1 s with the token as
-``Authorization`` header (no hub, no proxy) until ``/lab`` answers 200; then ``scancel``. The request of a warm-up
-job of each kind (``scontrol show job``) is compared field by field and reported under ``warmup.same_request``.
+``--export=ALL`` (the names in the submitting environment); polled directly on its node's port from the head every
+0.1 s with the token as ``Authorization`` header (no hub, no proxy) until ``/lab`` answers 200; then ``scancel``.
+The request of a warm-up job of each kind (``scontrol show job``) is compared field by field and reported under
+``warmup.same_request``.
 By design the two differ in the output file's name, in ``srun`` (batchspawner's default: the server runs as a job
-step) and in what batchspawner's script adds (``--get-user-env=L``, ``set -euo pipefail``, a ``trap``).
+step) and in what batchspawner's script adds (``set -euo pipefail``, a ``trap``).
+
+**No login environment** (both kinds): batchspawner's script is its own with two lines changed, ``--get-user-env=L``
+left out and ``--export={{keepvars}}`` made ``--export=ALL`` (sbatch gets the hub's environment, keepvars included,
+through ``sudo -E``); the floor's ``--export`` is ``ALL`` too. ``--get-user-env``, and any ``--export`` but ``ALL``
+alone (``ALL,PATH`` too), make Slurm 24.11's slurmd load the user's login environment in a child cloned into new
+PID and mount namespaces, which needs CAP_SYS_ADMIN: in the test bed's node containers (no CAP_SYS_ADMIN) slurmd
+exits at the job's launch ("fatal: clone: Operation not permitted", ``docs/verification.md``). A site's slurmd,
+root on the node, has it.
 
 Milestones (seconds after the spawn POST was sent / sbatch was called; all on the head's clock, which is the
 host's):
@@ -725,6 +734,13 @@ c.JupyterHub.services = [{{"name": "carme-bench", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "carme-bench", "services": ["carme-bench"],
                              "scopes": ["admin:users", "admin:servers", "admin:server_state"]}}]
 c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
+# batchspawner's own script without the login environment (see the bench's docstring: slurmd in the test bed's
+# containers exits on it); refuse to run on a batchspawner whose script no longer has those two lines
+_script = batchspawner.SlurmSpawner.batch_script.default_value
+_changed = _script.replace("#SBATCH --get-user-env=L\\n", "").replace(
+    "#SBATCH --export={{{{keepvars}}}}\\n", "#SBATCH --export=ALL\\n")
+assert "--get-user-env" not in _changed and "--export=ALL\\n" in _changed, "batchspawner's script changed"
+c.SlurmSpawner.batch_script = _changed
 c.Spawner.start_timeout = 120
 c.SlurmSpawner.req_partition = {REQUEST["partition"]!r}
 c.SlurmSpawner.req_options = {options!r}
@@ -745,7 +761,7 @@ def floor_spec() -> dict[str, Any]:
             f"--qos={REQUEST['qos']}", f"--account={REQUEST['account']}", f"--time={REQUEST['time_minutes']}",
             f"--mem={REQUEST['mem_mb']}M", f"--gres=gpu:{REQUEST['gpus']}", f"--cpus-per-task={REQUEST['cpus']}",
             f"--chdir={workdir}", f"--output={workdir}/{FLOOR_JOB_NAME}_%j.log",
-            "--export=PATH,HOME,USER,SHELL,LANG,JUPYTER_TOKEN,CARME_BENCH_PORT"]  # fmt: skip
+            "--export=ALL"]  # fmt: skip
     script = (f'#!/bin/bash\nexec {APP_ENV}/bin/jupyter-lab --no-browser --ip=0.0.0.0 --port="$CARME_BENCH_PORT" '
               "--ServerApp.port_retries=0\n")  # fmt: skip
     return {"argv": argv, "script": script, "path": JOB_PATH, "log_prefix": FLOOR_JOB_NAME}

@@ -37,7 +37,7 @@ from tests.fixtures.reliability import sinfo_state
 
 pytestmark = pytest.mark.e2e
 
-NOTICED_S = 150.0  # one ping interval (SlurmdTimeout 300 s / 3) and the portal's snapshot, with room
+NOTICED_S = 150.0  # two ping intervals (the demo's SlurmdTimeout 120 s / 3) and the portal's snapshot, with room
 ENDED_S = 240.0  # after the node is back: slurmd registers, slurmctld ends the jobs it no longer runs
 BACK_S = 240.0
 
