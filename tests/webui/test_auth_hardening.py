@@ -374,23 +374,23 @@ def test_a_conflicting_recheck_write_is_no_error(base_config: dict[str, Any], mo
     """Two requests of one login that recheck at once: on MariaDB 11.8 the second one's write fails (error 1020,
     "Record has changed since last read"); that request still answers (seen as a 503 of /api/sessions on the
     Debian 13 demo before)."""
-    from sqlalchemy import text
-
-    import webui.auth.logins as logins
-
-    class FailingUpdate:  # an UPDATE the database refuses with an OperationalError, as MariaDB's 1020 is
-        def where(self, *_: Any) -> FailingUpdate:
-            return self
-
-        def values(self, **_: Any) -> Any:
-            return text("UPDATE no_such_table SET x = 1")
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.sql.dml import Update
 
     app = make_app({**base_config, "LOGIN_RECHECK_SECONDS": 0, "SCHEDULER": FakeScheduler()})
     client = app.test_client()
     log_in_as(app, client, "carol", admin=True)
-    monkeypatch.setattr(logins, "update", lambda *_: FailingUpdate())
+    execute = db.session.execute
+
+    def refuse_updates(statement: Any, *args: Any, **kwargs: Any) -> Any:  # as MariaDB refuses the second write
+        if isinstance(statement, Update):
+            raise OperationalError(str(statement), {}, Exception("1020 Record has changed since last read"))
+        return execute(statement, *args, **kwargs)
+
+    monkeypatch.setattr(db.session, "execute", refuse_updates)
     assert client.get("/api/sessions").status_code == 200
     assert client.get("/admin/").status_code == 403  # what this request read (LDAP down: no admin rights)
+    monkeypatch.undo()
     with app.app_context():
         assert db.session.query(Login).filter_by(username="carol").count() == 1
         db.engine.dispose()

@@ -89,8 +89,8 @@ def list_sessions() -> Any:
 
 
 def _wait_seconds() -> float:
-    """``?wait=`` of ``GET /api/sessions``: how long the answer may wait for a starting session to change (a long
-    poll), 0 (the default) to ``LONG_POLL_MAX_SECONDS``."""
+    """``?wait=`` of ``GET /api/sessions``: how long the answer may wait for a pending or starting session to change
+    (a long poll, ``webui.sessions.status.wait_for_session_change``), 0 (the default) to ``LONG_POLL_MAX_SECONDS``."""
     raw = request.args.get("wait", "0")
     limit = float(current_app.config.get("LONG_POLL_MAX_SECONDS", 10.0))
     try:
