@@ -75,11 +75,11 @@ def _reason(job: Job, lost: list[str]) -> str:
     return ""
 
 
-def my_session_views(username: str, fresh: float | None = None) -> tuple[ClusterState, list[dict[str, Any]]]:
+def my_session_views(username: str) -> tuple[ClusterState, list[dict[str, Any]]]:
     """The user's sessions as the dashboard and ``/api/sessions`` show them.
 
     While one of them is watched (starting, or submitted recently and pending), from a state at most
-    ``STARTING_STATE_SECONDS`` (or ``fresh``) old instead of ``SCHEDULER_CACHE_SECONDS``: the portal sees the job
+    ``STARTING_STATE_SECONDS`` old instead of ``SCHEDULER_CACHE_SECONDS``: the portal sees the job
     start and the launcher's "ready" soon after Slurm shows them. The fresher state is the worker's shared cache too
     (single-flight; the jobs asked only whether any changed, nodes and partitions read at most every
     ``SCHEDULER_CACHE_SECONDS``), so scheduler calls do not grow with the users who wait.
@@ -87,8 +87,7 @@ def my_session_views(username: str, fresh: float | None = None) -> tuple[Cluster
     records = my_portal_sessions(username)
     state = current_scheduler().state()
     views = session_views(state, records)
-    if fresh is None:
-        fresh = float(current_app.config.get("STARTING_STATE_SECONDS", 0.5))
+    fresh = float(current_app.config.get("STARTING_STATE_SECONDS", 0.5))
     if any(v["watch"] for v in views) and time.time() - state.fetched_at > fresh:
         state = current_scheduler().state(max_age=fresh)
         views = session_views(state, records)
@@ -129,7 +128,8 @@ def wait_for_session_change(username: str, wait: float) -> tuple[ClusterState, l
         while time.monotonic() < deadline:
             time.sleep(step)
             db.session.rollback()  # a new transaction: rows another request committed meanwhile are seen
-            state, views = my_session_views(username, fresh=step)
+            state = current_scheduler().state(max_age=step)  # once per step, not the cached state then a fresher one
+            views = session_views(state, my_portal_sessions(username))
             if _watched(views) != first or state.error:
                 break
     finally:
