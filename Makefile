@@ -17,7 +17,7 @@ export CARME_NODE_IMAGE ?= localhost/carme-node:$(if $(filter trixie,$(CARME_REL
 # `carme demo up` options; .ci/run sets --replace (a demo left by another checkout is deleted, not refused)
 DEMO_UP_FLAGS ?=
 
-.PHONY: app-bundles debian12-parts session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie test-site axe host image wheelhouse venv bench clean
+.PHONY: app-bundles debian12-parts session-images demo demo-down demo-status deploy test lint unit molecule e2e e2e-tests test-trixie test-site test-upgrade axe host image wheelhouse venv bench clean
 
 # Inside `make test` the shared setup has run once already (CARME_PREPARED=1): the lines of work that run at once must
 # not each run host-setup (apt's lock), the image check or netcheck again.
@@ -165,6 +165,14 @@ test-site: $(PREPARE) ## the site scenario alone: SSH, sudo, vault, site CA, off
 	if [ -f $(SITE_BUNDLE)/manifest.json ]; then carme bundle verify $(SITE_BUNDLE) --release $(CARME_RELEASE)
 	else rm -rf $(SITE_BUNDLE); carme bundle build --release $(CARME_RELEASE) --out $(SITE_BUNDLE); fi
 	CARME_SITE_TESTS=1 CARME_SITE_BUNDLE=$(SITE_BUNDLE) CARME_REQUIRED=1 pytest -q -s tests/site
+
+# The upgrade scenario (issue 34, docs/upgrade.md "The scenario"), not part of `make test` (about 70 min): the Debian 12
+# demo brought up (replacing the demo of this checkout), then alice, bob and carol leave their traces, `carme upgrade`
+# is killed in its hosts stage and run again to Debian 13, the users' things are checked, the hosts are recreated
+# from Debian 12's image and `carme upgrade --rollback` brings the cluster of before back. It leaves a Debian 12 demo.
+test-upgrade: venv ## the upgrade scenario on the demo: Debian 12 -> 13 (killed, rerun), then --rollback (tests/upgrade)
+	CARME_RELEASE=bookworm $(MAKE) --no-print-directory demo
+	CARME_UPGRADE_TESTS=1 CARME_E2E_REQUIRED=1 CARME_REQUIRED=1 pytest -s -m e2e --durations=5 tests/upgrade
 
 # axe-core from npm (pinned in the script, installed once into the git-ignored .cache/axe): the accessibility audit
 # the browser tests run in the portal's pages (tests/fixtures/axe.py)

@@ -85,7 +85,7 @@ def _add_demo(commands: Any) -> None:
     up.add_argument("--no-deploy", action="store_true", help="only create the containers")
     up.add_argument(
         "--replace", action="store_true",
-        help="delete a demo deployed from another checkout (its containers, network and /home volume)",
+        help="delete a demo deployed from another checkout (its containers, network, /home and backup volumes)",
     )  # fmt: skip
     _add_output_options(up)
     down = demo_sub.add_parser("down", help="remove the demo containers")

@@ -34,6 +34,9 @@ from tests.fixtures.demo import login
 from tests.fixtures.demo import on_head
 from tests.fixtures.demo import proxied
 from tests.fixtures.demo import submit_start_form
+from tests.fixtures.reservations import approve as approve_request
+from tests.fixtures.reservations import day_at
+from tests.fixtures.reservations import request
 
 pytestmark = pytest.mark.e2e
 
@@ -95,43 +98,16 @@ def page_of(booking: Booking, user: str) -> Any:
     return booking.pages[user]
 
 
-def request(page: Any, start: dt.datetime, end: dt.datetime, *, gpus: int = 1, nodes: int = 1, purpose: str) -> int:
-    """Fill and send the request form; returns the request's number from the portal's answer."""
-    page.goto(f"{BASE}/reservations/")
-    form = "#request-form"
-    page.fill(f"{form} input[name=gpus]", str(gpus))
-    page.fill(f"{form} input[name=nodes]", str(nodes))
-    page.fill(f"{form} input[name=start]", start.strftime("%Y-%m-%dT%H:%M"))
-    page.fill(f"{form} input[name=end]", end.strftime("%Y-%m-%dT%H:%M"))
-    page.fill(f"{form} input[name=purpose]", purpose)
-    page.click(f"{form} button[type=submit]")
-    page.wait_for_load_state()
-    text = page.inner_text("main")
-    found = re.search(r"Request (\d+) waits for an administrator", text)
-    assert found, text[:600]
-    return int(found.group(1))
-
-
 def approve(booking: Booking, request_id: int) -> str:
     """carol approves on the admin page; returns the portal's message (the reservation's name, or Slurm's refusal)."""
-    carol = page_of(booking, "carol")
-    carol.goto(f"{BASE}/reservations/admin")
-    row = f"#pending tr[data-request='{request_id}']"
-    carol.fill(f"{row} input[name=reason]", "e2e: approved")
-    booking.demo.steps.shot(carol, f"carol-approves-{request_id}")
-    carol.click(f"{row} button[value=approve]")
-    carol.wait_for_load_state()
-    message = carol.inner_text("p.flash")
-    booking.demo.steps.shot(carol, f"carol-approved-{request_id}")
-    found = re.search(r"reservation (carme-[a-z]+-\d+) created", message)
-    if found:
-        booking.names.append(found.group(1))
-    return str(message)
+    message, name = approve_request(page_of(booking, "carol"), request_id, booking.demo.steps)
+    if name:
+        booking.names.append(name)
+    return message
 
 
 def tomorrow_at(hour: int) -> dt.datetime:
-    day = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
-    return dt.datetime.combine(day, dt.time(hour), dt.UTC)
+    return day_at(1, hour)
 
 
 def test_alice_requests_carol_approves_and_slurm_holds_it(booking: Booking) -> None:
