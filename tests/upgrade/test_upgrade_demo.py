@@ -13,9 +13,13 @@ asked), alice's file has the same sha256, her job is listed under "Before the up
 GPU-hours, the reservation is in Slurm and in her calendar, and bob's next 2-GPU job, which the declared budget
 alone would take, is held by what he used before.
 
-Opt-in (``make test-upgrade``, about 40 min): it needs the Debian 12 demo (``CARME_RELEASE=bookworm make demo``) and
-``CARME_UPGRADE_TESTS=1``, and leaves a Debian 13 demo behind. Bounded: each ``carme upgrade`` run by
-``UPGRADE_TIMEOUT_S``; it only runs ``carme`` against the demo's inventory and ``podman exec`` in the demo's containers.
+The second test recreates the hosts from Debian 12's image and runs ``carme upgrade --rollback``: the same checks on
+Debian 12 / Slurm 22.05.
+
+Opt-in (``make test-upgrade``, about 70 min): it needs the Debian 12 demo (``CARME_RELEASE=bookworm make demo``) and
+``CARME_UPGRADE_TESTS=1``, and leaves a Debian 12 demo behind (a Debian 13 one when the rollback test fails early).
+Bounded: each ``carme upgrade`` run by ``UPGRADE_TIMEOUT_S``; it only runs ``carme`` against the demo's inventory and
+``podman exec`` in the demo's containers.
 The times go to ``.artifacts/upgrade/times.json`` (copied into bench/results/upgrade.json by hand).
 """
 
@@ -38,6 +42,7 @@ from tests.fixtures.demo import BASE
 from tests.fixtures.demo import NODE_PREFIX
 from tests.fixtures.demo import REPO
 from tests.fixtures.demo import Demo
+from tests.fixtures.demo import demo_debian_version
 from tests.fixtures.demo import enrol
 from tests.fixtures.demo import fill_login
 from tests.fixtures.demo import goto_until
@@ -80,8 +85,12 @@ def as_user(user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedP
     return on_head("runuser", "-u", user, "--", *argv, timeout=timeout)
 
 
+def submit(user: str, *options: str) -> subprocess.CompletedProcess[str]:
+    return as_user(user, "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *options)
+
+
 def sbatch(user: str, *options: str) -> str:
-    done = as_user(user, "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *options)
+    done = submit(user, *options)
     assert done.returncode == 0, f"{user}'s sbatch {options}: {done.stderr.strip()}"
     return done.stdout.strip().split(";")[0]
 
@@ -92,11 +101,6 @@ def bob_usage() -> int:
     found = re.search(r"GrpTRESMins=[^ \n]*gres/gpu=[^(]*\((\d+)\)", shown)
     assert found, shown
     return int(found.group(1))
-
-
-def host_release(host: str) -> str:
-    return subprocess.run(["podman", "exec", NODE_PREFIX + host, "cat", "/etc/debian_version"], capture_output=True,
-                          text=True, timeout=30, check=False).stdout.strip()  # fmt: skip
 
 
 def prepare(demo: Demo) -> Before:
@@ -173,8 +177,7 @@ def bob_is_held_by_his_budget(before: Before) -> None:
     usage of before counts."""
     minutes = before.bob_limit // 2
     assert 2 * minutes > BUDGET_MARGIN_MIN
-    done = as_user("bob", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", "--gres=gpu:2",
-                   f"--time={minutes}", "--wrap=sleep 1")  # fmt: skip
+    done = submit("bob", "--gres=gpu:2", f"--time={minutes}", "--wrap=sleep 1")
     if done.returncode != 0:  # refused at submit
         assert "GRESMinutes" in done.stderr or "GrpTRESMins" in done.stderr or "limit" in done.stderr, done.stderr
         return
@@ -193,7 +196,7 @@ def bob_is_held_by_his_budget(before: Before) -> None:
 def users_kept_what_they_had(demo: Demo, before: Before, debian: str, slurm: str, history: str) -> None:
     """The acceptance's checks, on the release the cluster is now on; ``history`` is the table that must list
     alice's job of before (the archive after the upgrade, Slurm's accounting after a rollback)."""
-    assert [host_release(h)[:3] for h in HOSTS] == [debian] * 3, [host_release(h) for h in HOSTS]
+    assert [demo_debian_version(h)[:3] for h in HOSTS] == [debian] * 3, [demo_debian_version(h) for h in HOSTS]
     assert on_head("sinfo", "-V").stdout.startswith(slurm), on_head("sinfo", "-V").stdout
     deadline = time.monotonic() + 180
     while not all(n.endswith(" idle") for n in on_head("sinfo", "-h", "-N", "-o", "%N %t").stdout.split("\n") if n):
@@ -241,7 +244,7 @@ def upgraded() -> dict[str, Before]:
 
 
 def test_carme_upgrade_killed_and_run_again_keeps_what_users_had(demo: Demo, upgraded: dict[str, Before]) -> None:
-    assert host_release("node1").startswith("12."), "needs the Debian 12 demo: CARME_RELEASE=bookworm make demo"
+    assert demo_debian_version("node1").startswith("12."), "needs the Debian 12 demo: CARME_RELEASE=bookworm make demo"
     if STATE.exists():
         STATE.rename(STATE.with_name(f"state.json.{int(time.time())}"))
     before = prepare(demo)
