@@ -54,13 +54,23 @@ def test_manifest_refuses_an_incomplete_report(reports: list[dict[str, Any]], me
 def test_restore_plan_is_the_hosts_parts_of_a_complete_set() -> None:
     reports = [report("head", "slurmdbd.sql.gz", "portal.sql.gz"), report("ldap1", "ldap.1.ldif.gz")]
     manifest = F.carme_backup_manifest(reports, "s1", "head", "t")
-    assert [p["file"] for p in F.carme_backup_host_parts(manifest, "head")] == ["portal.sql.gz", "slurmdbd.sql.gz"]
+    # slurmdbd's database before the portal's (and before StateSaveLocation: tests below), whatever the manifest's order
+    assert [p["file"] for p in F.carme_backup_host_parts(manifest, "head")] == ["slurmdbd.sql.gz", "portal.sql.gz"]
     assert [p["file"] for p in F.carme_backup_host_parts(manifest, "head", ["portal"])] == ["portal.sql.gz"]
     assert F.carme_backup_host_parts(manifest, "head", ["ldap"]) == []  # on another host
     with pytest.raises(F.AnsibleFilterError, match="has no part nope"):
         F.carme_backup_host_parts(manifest, "head", ["nope"])
     with pytest.raises(F.AnsibleFilterError, match="not a complete backup set"):
         F.carme_backup_host_parts({**manifest, "complete": False}, "head")
+
+
+def test_restore_puts_slurmdbd_back_before_the_state_ldap_first_the_portal_last() -> None:
+    names = ["portal", "slurm-usage", "slurm-state", "slurmdbd", "zz-site-part", "slurm-history", "ldap"]
+    parts = [{"name": n, "host": "head", "file": f"{n}.gz"} for n in names]
+    manifest = {"format": F.MANIFEST_FORMAT, "complete": True, "set": "s1", "parts": parts}
+    assert [p["name"] for p in F.carme_backup_host_parts(manifest, "head")] == [
+        "ldap", "slurmdbd", "slurm-state", "slurm-history", "slurm-usage", "portal", "zz-site-part"
+    ]  # fmt: skip
 
 
 def test_slapd_files_are_one_per_database_but_the_frontend_and_monitor() -> None:

@@ -20,6 +20,11 @@ SET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PART_KEYS = ("name", "kind", "file", "size", "sha256")
 #: node states that stop an upgrade, as scontrol prints them (State=IDLE+DRAIN, DOWN*, FAIL, ...)
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")
+#: the order a host's parts are put back in (others after these, as the manifest lists them): LDAP first (the users),
+#: slurmdbd's database before StateSaveLocation, since slurmctld, started again with the latter, loads the associations
+#: from slurmdbd and keys the usage it saved by their ids (in the other order a rollback loses this month's usage of
+#: every budget); the portal last, as it reads Slurm
+RESTORE_ORDER = ("ldap", "slurmdbd", "slurm-state", "slurm-history", "slurm-usage", "portal")
 
 
 def carme_backup_set_id_ok(set_id: object) -> bool:
@@ -108,7 +113,10 @@ def carme_backup_host_parts(manifest: Mapping[str, Any], host: str, only: Sequen
     unknown = sorted(set(only) - {p["name"] for p in all_parts})
     if unknown:
         raise AnsibleFilterError(f"set {manifest.get('set')} has no part {', '.join(unknown)}")
-    return [p for p in all_parts if p["host"] == host and (not only or p["name"] in only)]
+    mine = [p for p in all_parts if p["host"] == host and (not only or p["name"] in only)]
+    return sorted(
+        mine, key=lambda p: RESTORE_ORDER.index(p["name"]) if p["name"] in RESTORE_ORDER else len(RESTORE_ORDER)
+    )
 
 
 def _node_fields(line: str) -> dict[str, str]:
