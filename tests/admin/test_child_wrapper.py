@@ -4,8 +4,8 @@
 ansible-runner starts ansible-playbook with pexpect in a session of its own that ignores SIGHUP: on the demo a
 ``carme upgrade`` killed with its process group left the drain's ansible-playbook running. Here a parent spawns a
 stand-in for ansible-playbook the way ansible-runner does (``pexpect.spawn(..., ignore_sighup=True)``), once plainly
-and once through the wrapper, and is killed with SIGKILL: the plain child and the process it forked (as
-ansible-playbook forks a worker per running task) live on, the wrapped ones die."""
+and once through the wrapper, and is killed with SIGKILL: the plain child and the process it forked in a session of
+its own (as ansible-playbook forks a worker per running task, which calls setsid) live on, the wrapped ones die."""
 
 from __future__ import annotations
 
@@ -68,11 +68,12 @@ def kill(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
+@pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("setsid") is None, reason="needs util-linux")
 def test_a_killed_carme_takes_its_ansible_playbook_along(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pidfile = tmp_path / "pid"
-    standin = tmp_path / "ansible-playbook-standin"  # stands in for ansible-playbook: forks a "worker", waits
-    standin.write_text(f"#!/bin/sh\nsleep 120 &\necho $$ $! > {pidfile}\nwait\n")
+    # stands in for ansible-playbook: forks a "worker" that leaves its session (WorkerProcess._detach), waits
+    standin = tmp_path / "ansible-playbook-standin"
+    standin.write_text(f"#!/bin/sh\nsetsid sleep 120 &\necho $$ $! > {pidfile}\nwait\n")
     standin.chmod(0o755)
 
     plain = spawn_and_kill_parent(standin, pidfile)
@@ -157,3 +158,26 @@ def test_the_wrapper_never_runs_itself(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", str(playbook.wrapper_dir(tmp_path)))
     playbook.prepare_private_data_dir(tmp_path)
     assert not wrapper.exists()
+
+
+def test_a_worker_whose_parent_died_is_still_a_descendant(tmp_path: Path) -> None:
+    """Under the subreaper, a worker whose ansible-playbook died first is still found (and so killed)."""
+    pidfile = tmp_path / "pid"
+    script = tmp_path / "subreaper.py"
+    script.write_text(
+        "import subprocess, time\n"
+        "from carme_admin import child\n"
+        "child._become_subreaper()\n"  # the parent below ends at once: its setsid'd child stays below this process
+        f"subprocess.run(['sh', '-c', 'setsid sleep 120 & echo $! > {pidfile}'], check=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not pidfile.is_file() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.1)
+        assert int(pidfile.read_text()) in child.descendants(proc.pid)
+    finally:
+        kill([*child.descendants(proc.pid), proc.pid])
+        proc.wait()

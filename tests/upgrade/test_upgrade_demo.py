@@ -7,7 +7,8 @@ Before: alice and bob log in with password and a TOTP key they enrol; alice has 
 GPU-hour above what he has used (his 2-GPU job of about a minute), as a site would declare it (``sacctmgr`` now, the
 same limit in the upgrade's inventory with ``-e``).
 Then ``carme upgrade -i inventories/demo/hosts.yml``, its process group killed with SIGKILL once the hosts stage has
-run for ``KILL_AFTER_S``, and ``carme upgrade`` again (the ``-e`` kept) until it finishes.
+run for ``KILL_AFTER_S`` (nothing of its ansible-playbook may run on ``ORPHAN_GRACE_S`` later), and ``carme
+upgrade`` again (the ``-e`` kept) until it finishes.
 After, on Debian 13 / Slurm 24.11: alice and bob log in with their password and the key of before (no enrolment
 asked), alice's file has the same sha256, her job is listed under "Before the upgrade" in her history with its
 GPU-hours, the reservation is in Slurm and in her calendar, and bob's next 2-GPU job, which the declared budget
@@ -67,6 +68,7 @@ INVENTORY = REPO / "inventories" / "demo" / "hosts.yml"
 STATE = REPO / ".artifacts" / "upgrade" / "state.json"
 UPGRADE_TIMEOUT_S = 2400
 KILL_AFTER_S = 90  # into the hosts stage: apt runs on the hosts (an async job that survives the kill)
+ORPHAN_GRACE_S = 15  # after the kill, for carme_admin.child to end ansible-playbook's process group
 HOSTS = ("head", "node1", "node2")
 BUDGET_MARGIN_MIN = 60  # bob's budget: one GPU-hour above his usage
 FILE = "upgrade-e2e.bin"
@@ -146,8 +148,23 @@ def stage(name: str) -> dict[str, Any]:
     return record
 
 
-def kill_in_the_hosts_stage(first: subprocess.Popen[bytes]) -> None:
-    """Wait for the hosts stage, let it run KILL_AFTER_S, SIGKILL the process group of ``carme upgrade``."""
+def still_running(marker: str) -> list[str]:
+    """This machine's live processes (zombies left out) whose command line names ``marker``: "pid state command"."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in args and state != "Z":
+            found.append(f"{proc.name} {state} {args[:300]}")
+    return found
+
+
+def kill_in_the_hosts_stage(first: subprocess.Popen[bytes]) -> list[str]:
+    """Wait for the hosts stage, let it run KILL_AFTER_S, SIGKILL the process group of ``carme upgrade``; return what
+    of its hosts stage (ansible-playbook upgrade_hosts.yml and its workers) still runs ORPHAN_GRACE_S later."""
     deadline = time.monotonic() + UPGRADE_TIMEOUT_S
     while not stage("hosts").get("started"):
         assert first.poll() is None, f"carme upgrade ended (rc {first.returncode}) before the hosts stage"
@@ -158,6 +175,10 @@ def kill_in_the_hosts_stage(first: subprocess.Popen[bytes]) -> None:
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(30)
     assert not stage("hosts").get("finished"), "the hosts stage finished before the kill"
+    deadline = time.monotonic() + ORPHAN_GRACE_S
+    while (left := still_running("upgrade_hosts.yml")) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left
 
 
 def login_again(demo: Demo, user: str, secret: str) -> Any:
@@ -256,14 +277,16 @@ def test_carme_upgrade_killed_and_run_again_keeps_what_users_had(demo: Demo, upg
     log = demo.steps.directory / "carme-upgrade.log"
     budget = json.dumps({"carme_slurm_user_overrides": {"bob": {"GrpTRESMins": f"gres/gpu={before.bob_limit}"}}})
     runs = [upgrade("-i", str(INVENTORY), "-e", budget, "-e", "carme_upgrade_drain_timeout=60", log=log)]
+    left = ["(not killed)"]
     try:
-        kill_in_the_hosts_stage(runs[0])
+        left = kill_in_the_hosts_stage(runs[0])
     finally:
         runs.append(upgrade(log=log))
         run_to_the_end(runs, log)
     keep_times(demo)
     upgraded["before"] = before
     users_kept_what_they_had(demo, before, "13.", "24.11", "section.archived")
+    assert not left, f"{ORPHAN_GRACE_S} s after the SIGKILL of carme upgrade its hosts stage still ran: {left}"
 
 
 def test_rollback_brings_back_the_debian_12_cluster(demo: Demo, upgraded: dict[str, Before]) -> None:
