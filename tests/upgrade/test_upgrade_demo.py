@@ -17,7 +17,7 @@ alone would take, is held by what he used before.
 The second test recreates the hosts from Debian 12's image and runs ``carme upgrade --rollback``: the same checks on
 Debian 12 / Slurm 22.05.
 
-``make test-upgrade`` (about 25 min; not yet in ``make test``: the rollback does not pass) brings up a fresh
+``make test-upgrade`` (about 27 min; the last step of ``make test``'s demo line) brings up a fresh
 Debian 12 demo (``CARME_RELEASE=bookworm make demo``) and runs this module with ``CARME_UPGRADE_TESTS=1``, without
 which it skips; it leaves a Debian 12 demo behind (a Debian 13 one when the rollback test fails early).
 Bounded: each ``carme upgrade`` run by ``UPGRADE_TIMEOUT_S``; it only runs ``carme`` against the demo's inventory and
