@@ -6,11 +6,10 @@ ansible-runner starts its command with pexpect, in a session and process group o
 dies (SIGKILL of a lost terminal's session included) this process gets SIGTERM and kills, with SIGKILL, every
 process descended from it and then its process group: ansible-playbook and the worker processes it forked for the
 tasks running. The workers leave the group (ansible-core's ``WorkerProcess._detach`` calls ``setsid``): with only the
-group killed, a worker of ``upgrade_hosts.yml`` lived on for hours on the demo, blocked writing its result to a
+group killed, a worker of ``upgrade_hosts.yml`` lived on for hours on the demo, blocked writing its result to an
 ansible-playbook that was gone; this process is a child subreaper, so a worker whose ansible-playbook died first is
-still its descendant. As under pexpect
-alone, SIGHUP is ignored and SIGINT (ansible-runner's cancel, after a Ctrl-C) goes to ansible-playbook, which stops
-as it does at a Ctrl-C. The exit status is ansible-playbook's.
+still its descendant. As under pexpect alone, SIGHUP is ignored and SIGINT (ansible-runner's cancel, after a Ctrl-C)
+goes to ansible-playbook, which stops as it does at a Ctrl-C. The exit status is ansible-playbook's.
 """
 
 from __future__ import annotations
