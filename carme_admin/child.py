@@ -24,17 +24,19 @@ PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
 def descendants(root: int, proc: str = "/proc") -> list[int]:
-    """The pids of every live process below ``root`` (children, their children...), from ``/proc/*/stat``."""
+    """The pids of every live process below ``root`` (children, their children...), from ``/proc/*/stat``; zombies
+    (killed, not yet reaped) are left out, so a kill loop ends once nothing below is left to kill."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         try:
             with open(f"{proc}/{entry}/stat", "rb") as stat:
-                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+                state, ppid = stat.read().rsplit(b")", 1)[1].split()[:2]
         except (OSError, IndexError, ValueError):
             continue  # ended meanwhile
-        children.setdefault(ppid, []).append(int(entry))
+        if state != b"Z":
+            children.setdefault(int(ppid), []).append(int(entry))
     found: list[int] = []
     todo = [root]
     while todo:

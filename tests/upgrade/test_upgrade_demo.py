@@ -17,9 +17,9 @@ alone would take, is held by what he used before.
 The second test recreates the hosts from Debian 12's image and runs ``carme upgrade --rollback``: the same checks on
 Debian 12 / Slurm 22.05.
 
-``make test-upgrade`` (about 27 min; the last step of ``make test``'s demo line) brings up a fresh
-Debian 12 demo (``CARME_RELEASE=bookworm make demo``) and runs this module with ``CARME_UPGRADE_TESTS=1``, without
-which it skips; it leaves a Debian 12 demo behind (a Debian 13 one when the rollback test fails early).
+``make test-upgrade`` (about 27 min; the last step of ``make test``'s demo line) brings up a fresh Debian 12 demo
+(``CARME_RELEASE=bookworm make demo``) and runs this module with ``CARME_UPGRADE_TESTS=1``, without which it skips;
+it leaves a Debian 12 demo behind (a Debian 13 one when the rollback test fails early).
 Bounded: each ``carme upgrade`` run by ``UPGRADE_TIMEOUT_S``; it only runs ``carme`` against the demo's inventory and
 ``podman exec`` in the demo's containers.
 The times go to ``.artifacts/upgrade/times.json`` (copied into bench/results/upgrade.json by hand).
@@ -68,7 +68,7 @@ INVENTORY = REPO / "inventories" / "demo" / "hosts.yml"
 STATE = REPO / ".artifacts" / "upgrade" / "state.json"
 UPGRADE_TIMEOUT_S = 2400
 KILL_AFTER_S = 90  # into the hosts stage: apt runs on the hosts (an async job that survives the kill)
-ORPHAN_GRACE_S = 15  # after the kill, for carme_admin.child to end ansible-playbook's process group
+ORPHAN_GRACE_S = 15  # after the kill, for carme_admin.child to end ansible-playbook and every worker below it
 HOSTS = ("head", "node1", "node2")
 BUDGET_MARGIN_MIN = 60  # bob's budget: one GPU-hour above his usage
 FILE = "upgrade-e2e.bin"
