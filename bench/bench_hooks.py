@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Wall time of ``carme-prolog`` and ``carme-epilog`` per job (issue 5: goal <= 50 ms median and p95).
 
-Runs the real console scripts as subprocesses, the way slurmd does, with a realistic hook environment
-(the variables slurmd 22.05 sets), a job devices cgroup to check (under a temporary cgroup root), a job
-scratch directory to remove, and a stand-in ``squeue`` on PATH (a two-line shell script printing a
-canned ``squeue --json`` answer, so no Slurm is needed).
+Runs the hooks as subprocesses, the way slurmd does: the shims the carme_runtime role writes into prolog.d and
+epilog.d (three lines of Python run by the venv's interpreter with ``-I``; on a demo node the installed ones), with a
+realistic hook environment (the variables slurmd 22.05 sets), a job devices cgroup to check (under a temporary cgroup
+root), a job scratch directory to remove, and a stand-in ``squeue`` on PATH (a two-line shell script printing a
+canned answer of the epilog's ``squeue --noheader --format='%A %T' ...``, so no Slurm is needed).
 
 Three series per install:
 
@@ -13,7 +14,7 @@ Three series per install:
 * ``epilog``: the usual case: removes scratch, finds no leftover process of the user (proctrack/cgroup
   already killed them) and therefore does not call ``squeue``;
 * ``epilog_leftovers``: the user still has a process on the node (a ``sleep`` run as uid 1001; needs root),
-  so the epilog runs ``squeue --json``, sees another job of the user and keeps the process.
+  so the epilog runs ``squeue``, sees another job of the user and keeps the process.
 
 Usage::
 
@@ -42,14 +43,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GOAL_MS = 50.0
 
-SQUEUE_JSON = {
-    "meta": {"plugin": {"type": "openapi/v0.0.38"}, "Slurm": {"release": "22.05.8"}},
-    "errors": [],
-    "jobs": [
-        # another job of the same user on this node: the epilog must keep the user's processes
-        {"job_id": 999, "job_state": "RUNNING", "nodes": "vm", "user_name": "alice", "user_id": 1001},
-    ],
-}
+#: another job of the same user on this node: the epilog must keep the user's processes
+SQUEUE_TEXT = "999 RUNNING\n"
+#: what the carme_runtime role writes into prolog.d and epilog.d (roles/carme_runtime/tasks/config.yml)
+SHIM = "#!{python} -I\nfrom carme_runtime.entry_points import {hook}_main\nraise SystemExit({hook}_main())\n"
 
 
 def stats(samples_s: list[float]) -> dict[str, float]:
@@ -66,9 +63,9 @@ def stats(samples_s: list[float]) -> dict[str, float]:
 def make_env(work: Path, bindir: Path) -> dict[str, str]:
     fakebin = work / "fakebin"
     fakebin.mkdir(exist_ok=True)
-    (work / "squeue.json").write_text(json.dumps(SQUEUE_JSON))
+    (work / "squeue.txt").write_text(SQUEUE_TEXT)
     squeue = fakebin / "squeue"
-    squeue.write_text(f"#!/bin/sh\nexec cat {work / 'squeue.json'}\n")
+    squeue.write_text(f"#!/bin/sh\nexec cat {work / 'squeue.txt'}\n")
     squeue.chmod(0o755)
     return {
         "PATH": f"{fakebin}:{bindir}:/usr/local/bin:/usr/bin:/bin",
@@ -116,14 +113,27 @@ def leftover_process() -> subprocess.Popen[bytes] | None:
     return subprocess.Popen(["sleep", "3600"], user=1001, group=1001)
 
 
-def bench_install(bindir: Path, runs: int, label: str) -> dict[str, object]:
-    prolog, epilog = bindir / "carme-prolog", bindir / "carme-epilog"
-    for script in (prolog, epilog):
-        if not script.exists():
-            raise SystemExit(f"{script} not found (pip install -e . --no-deps first)")
-    python = bindir / "python"
+def write_shims(work: Path, python: Path) -> tuple[Path, Path]:
+    """The role's prolog and epilog shims for the venv of ``python``."""
+    shims = []
+    for hook in ("prolog", "epilog"):
+        shim = work / f"50-carme-{hook}"
+        shim.write_text(SHIM.format(python=python, hook=hook))
+        shim.chmod(0o755)
+        shims.append(shim)
+    return shims[0], shims[1]
+
+
+def bench_install(bindir: Path, runs: int, label: str, hooks: tuple[Path, Path] | None = None) -> dict[str, object]:
+    """The series for the venv of ``bindir``: through the shims in ``hooks`` (prolog, epilog) where given (those
+    installed on a node), else through shims written like the role's."""
+    python = bindir / "python3"
     with tempfile.TemporaryDirectory(prefix="carme-bench-") as tmp:
         work = Path(tmp)
+        prolog, epilog = hooks or write_shims(work, python)
+        for script in (prolog, epilog):
+            if not script.exists():
+                raise SystemExit(f"{script} not found")
         env = make_env(work, bindir)
         baseline = []
         for _ in range(20):  # interpreter start-up alone, for reference
@@ -146,6 +156,7 @@ def bench_install(bindir: Path, runs: int, label: str) -> dict[str, object]:
         result: dict[str, object] = {
             "install": label,
             "bindir": str(bindir),
+            "hooks": [str(prolog), str(epilog)] if hooks else "shims written like the role's, with -I",
             "runs": runs,
             "prolog": stats(pro),
             "epilog": stats(epi),
@@ -210,6 +221,7 @@ def bench_on_node(node: str, venv: str, runs: int) -> dict[str, object]:
     subprocess.run(["podman", "cp", __file__, f"{node}:{inside}"], check=True)
     out = f"/tmp/carme-bench-hooks-{os.getpid()}.json"
     argv = [f"{venv}/bin/python3", "-I", inside, "--bindir", f"{venv}/bin", "--runs", str(runs), "--out", out]
+    argv += ["--hooks", "/etc/slurm/prolog.d/50-carme", "/etc/slurm/epilog.d/50-carme"]
     try:
         subprocess.run(["podman", "exec", node, *argv], check=True, capture_output=True, timeout=600)
         raw = subprocess.run(["podman", "exec", node, "cat", out], check=True, capture_output=True, text=True)
@@ -228,9 +240,12 @@ def main() -> int:
     parser.add_argument("--node-venv", default="/opt/carme/venv", help="the runtime's venv on that node")
     parser.add_argument("--bindir", type=Path, default=Path(sys.executable).parent)
     parser.add_argument("--wheel", action="store_true", help="also measure a regular (non-editable) install")
+    parser.add_argument(
+        "--hooks", nargs=2, type=Path, metavar=("PROLOG", "EPILOG"), help="run these hook scripts (installed shims)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "hooks.json")
     args = parser.parse_args()
-    results = [bench_install(args.bindir, args.runs, "venv of the running interpreter")]
+    results = [bench_install(args.bindir, args.runs, "venv of the running interpreter", args.hooks)]
     if args.wheel:
         with tempfile.TemporaryDirectory(prefix="carme-wheel-") as tmp:
             results.append(bench_install(build_plain_venv(Path(tmp)), args.runs, "regular install in a fresh venv"))

@@ -13,7 +13,8 @@ This module avoids ``typing`` and ``dataclasses`` at runtime for the same reason
 from __future__ import annotations
 
 import os
-import re
+
+from carme_runtime.job import is_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,8 +64,18 @@ _ENV_OVERRIDES = {
 
 GPU_CHECK_MODES = ("enforce", "warn", "off")
 HOOK_SCOPES = ("carme", "all")
-#: a dataset's name: also a file name (``~/datasets/<name>``), so no ``/`` and not ``.`` or ``..``
-DATASET_NAME_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$")
+
+
+def is_dataset_name(name: str) -> bool:
+    """A dataset's name: also a file name (``~/datasets/<name>``), so at most 64 of letters, digits, ``_``, ``.``,
+    ``-``, and not ``.`` or ``..``."""
+    return is_name(name) and len(name) <= 64 and name not in (".", "..")
+
+
+def _starts_with_major_minor(version: str) -> bool:
+    """``version`` starts with ``MAJOR.MINOR`` (digits, a dot, digits), as ``ch-run --version`` prints it."""
+    major, dot, rest = version.partition(".")
+    return bool(dot) and major.isascii() and major.isdigit() and rest[:1].isascii() and rest[:1].isdigit()
 
 
 class ConfigError(ValueError):
@@ -170,7 +181,7 @@ class RuntimeConfig:
             raise ConfigError(f"{source}: hooks_scope must be one of {', '.join(HOOK_SCOPES)}")
         if self.runtime not in ("apptainer", "charliecloud", "none"):
             raise ConfigError(f"{source}: runtime must be 'apptainer', 'charliecloud' or 'none'")
-        if not re.match(r"^[0-9]+\.[0-9]+", self.charliecloud_version):
+        if not _starts_with_major_minor(self.charliecloud_version):
             raise ConfigError(f"{source}: charliecloud_version must start with MAJOR.MINOR (ch-run --version)")
         paths = ("log_dir", "scratch_root", "cgroup_root", "beeond_data_root", "beeond_mount_root", "beeond_state_dir")
         for key in paths:
@@ -180,7 +191,7 @@ class RuntimeConfig:
             if not os.path.isabs(path):
                 raise ConfigError(f"{source}: dataset_dirs entry {path!r} must be an absolute path")
         for name, path in self.datasets.items():
-            if not DATASET_NAME_RE.match(name):
+            if not is_dataset_name(name):
                 raise ConfigError(f"{source}: dataset name {name!r} must be letters, digits, '.', '_' or '-'")
             if not os.path.isabs(path):
                 raise ConfigError(f"{source}: dataset {name} path {path!r} must be an absolute path")

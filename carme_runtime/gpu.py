@@ -15,7 +15,6 @@ order on a standard driver install); ``gres.conf`` and the cgroup check rely on 
 from __future__ import annotations
 
 import os
-import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,6 +69,10 @@ class GpuInfo:
         }
 
 
+#: what a GRES type name keeps (the rest is dropped)
+_GRES_TYPE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
 def gres_type_from_name(name: str) -> str:
     """``"NVIDIA A100-SXM4-80GB"`` -> ``"a100-sxm4-80gb"`` (lower case, vendor dropped, blanks -> ``_``).
 
@@ -80,7 +83,7 @@ def gres_type_from_name(name: str) -> str:
     if words and words[0] == "nvidia":
         words = words[1:]
     gtype = "_".join(words)
-    gtype = re.sub(r"[^a-z0-9_.-]", "", gtype)
+    gtype = "".join(c for c in gtype if c in _GRES_TYPE_CHARS)
     return gtype or "gpu"
 
 

@@ -154,6 +154,34 @@ def user_pids(uid: int, proc_root: str = "/proc", exclude: frozenset[int] = froz
     return sorted(pids)
 
 
+def squeue_node_user_argv(node: str, user: str) -> list[str]:
+    """``squeue`` for the jobs of ``user`` on ``node``, one ``<job id> <state>`` line each.
+
+    Text, not ``--json``: Slurm 22.05's ``squeue --json`` ignores ``-w``/``-u`` (its man page) and prints the
+    whole queue, which on a busy cluster is megabytes to parse in every epilog that finds a leftover process.
+    ``%A`` is the job id proper (one per array element, as ``SLURM_JOB_ID``), ``%T`` the state's long name."""
+    return ["squeue", "--noheader", "--format=%A %T", f"--nodelist={node}", f"--user={user}"]
+
+
+def other_active_jobs(squeue_out: str, own_job_id: int) -> list[int]:
+    """The jobs of the :func:`squeue_node_user_argv` answer that hold resources, other than ``own_job_id``.
+
+    Raises ``ValueError`` on a line that is not ``<job id> <STATE>``."""
+    from carme_runtime.job import ACTIVE_STATES
+
+    others = []
+    for line in squeue_out.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2 or not fields[0].isdigit() or not fields[1].isupper():
+            raise ValueError(f"unexpected squeue line {line[:80]!r}")
+        job_id = int(fields[0])
+        if job_id != own_job_id and fields[1] in ACTIVE_STATES:
+            others.append(job_id)
+    return others
+
+
 def should_kill_leftovers(
     ctx: JobContext, squeue_rc: int, squeue_out: str, node: str, min_uid: int
 ) -> tuple[bool, str]:
@@ -162,15 +190,10 @@ def should_kill_leftovers(
         return False, f"uid {ctx.uid} < min_uid {min_uid}"
     if squeue_rc != 0:
         return False, f"squeue failed (rc={squeue_rc}); keeping processes"
-    from carme_runtime.slurm_formats import SlurmParseError
-    from carme_runtime.slurm_formats import jobs_on_node
-    from carme_runtime.slurm_formats import parse_squeue_json
-
     try:
-        jobs = parse_squeue_json(squeue_out)
-    except (SlurmParseError, ValueError, TypeError) as exc:
+        others = other_active_jobs(squeue_out, ctx.job_id)
+    except ValueError as exc:
         return False, f"squeue output unreadable ({exc}); keeping processes"
-    others = [j.job_id for j in jobs_on_node(jobs, node, user=ctx.user) if j.job_id != ctx.job_id]
     if others:
         return False, f"user has other jobs on {node}: {others}"
     return True, f"no other job of {ctx.user} on {node}"
@@ -195,8 +218,6 @@ def clean_leftovers(
         import socket
 
         node = socket.gethostname().split(".")[0]
-    from carme_runtime.slurm_formats import squeue_node_user_argv
-
     rc, out, _err = runner(squeue_node_user_argv(node, ctx.user))
     do_kill, why = should_kill_leftovers(ctx, rc, out, node, min_uid)
     if not do_kill:

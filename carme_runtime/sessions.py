@@ -20,6 +20,8 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from carme_runtime.apps import MIN_SECRET_LENGTH
+from carme_runtime.job import NAME_PATTERN
+from carme_runtime.job import is_name
 from carme_runtime.runtimes import RUNTIME_NAMES
 from carme_runtime.slurm_formats import format_comment
 from carme_runtime.slurmrest import LEGACY_API
@@ -27,7 +29,6 @@ from carme_runtime.slurmrest import LEGACY_API
 if TYPE_CHECKING:
     from carme_runtime.apps import AppSpec
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 IMAGE_RE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
 #: the whole batch script; constant on purpose
 JOB_SCRIPT = "#!/bin/bash\nexec carme-launch\n"
@@ -143,8 +144,8 @@ def _check_name(errs: list[ValidationError], field: str, value: str, *, required
         errs.append(ValidationError(field, "contains a newline or control character"))
     elif len(value) > 64:
         errs.append(ValidationError(field, "longer than 64 characters"))
-    elif not NAME_RE.match(value) or value.startswith("-"):
-        errs.append(ValidationError(field, f"must match {NAME_RE.pattern} and not start with '-'"))
+    elif not is_name(value) or value.startswith("-"):
+        errs.append(ValidationError(field, f"must match {NAME_PATTERN} and not start with '-'"))
 
 
 def _check_int(errs: list[ValidationError], field: str, value: int, lo: int, hi: int) -> None:

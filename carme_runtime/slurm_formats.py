@@ -1,127 +1,24 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Parsers for Slurm command output, and the session comment format.
 
-pyslurm cannot be used (no PyPI build for Slurm 22.05), so the runtime reads ``--json`` and ``-P``
-(parsable) output of the CLI tools. ``--json`` records have the shapes of slurmrestd's versions (Slurm 22.05's,
-24.11's) and are read through :mod:`carme_runtime.slurmrest`. Each parser takes text and returns plain
-values, so it is tested against stored sample outputs in ``tests/runtime/data/``.
-
-Note: in Slurm 22.05, ``squeue --json`` ignores the filtering options (``-w``, ``-u``, ``--states``), as its
-man page says; :func:`jobs_on_node` filters in Python, so passing the options is harmless and helps on
-newer Slurm.
-
-Imported by the epilog: no ``typing``/``dataclasses`` at runtime, ``json`` imported lazily.
+pyslurm cannot be used (no PyPI build for Slurm 22.05), so the runtime reads ``-P`` (parsable) output of the CLI
+tools (``--json`` records go through :mod:`carme_runtime.slurmrest`). Each parser takes text and returns plain
+values, so it is tested against stored sample outputs in ``tests/runtime/data/``. The job state sets live in
+:mod:`carme_runtime.job` (the epilog reads them without importing this module) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import re
 
-from carme_runtime.hostlist import HostlistError
-from carme_runtime.hostlist import expand_hostlist
+from carme_runtime.job import ACTIVE_STATES as ACTIVE_STATES
 from carme_runtime.job import COMMENT_PREFIX as COMMENT_PREFIX
-from carme_runtime.slurmrest import job_record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-#: job states in which a job holds resources on its nodes
-ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
-#: job states of a job that has not finished: waiting for (or requeued to wait for) resources, or holding them
-UNFINISHED_STATES = ACTIVE_STATES | {"PENDING", "REQUEUED"}
-#: job states after which a job never runs again (squeue(1), "JOB STATE CODES"); a state in neither set (a hold Slurm
-#: adds later, say) is neither unfinished nor ended
-ENDED_STATES = frozenset(
-    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
-)
+from carme_runtime.job import ENDED_STATES as ENDED_STATES
+from carme_runtime.job import UNFINISHED_STATES as UNFINISHED_STATES
 
 
 class SlurmParseError(ValueError):
     """Output of a Slurm command that does not have the expected shape."""
-
-
-def _load_json(text: str, what: str) -> dict[str, object]:
-    import json
-
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SlurmParseError(f"{what}: invalid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SlurmParseError(f"{what}: top level is not an object")
-    errors = data.get("errors") or []
-    if errors:
-        raise SlurmParseError(f"{what}: Slurm reported errors: {errors!r}")
-    return data
-
-
-class SqueueJob:
-    """The fields of a ``squeue --json`` job record the runtime uses."""
-
-    __slots__ = ("comment", "job_id", "name", "nodes", "state", "user_id", "user_name")
-
-    def __init__(
-        self, job_id: int, user_name: str, user_id: int, state: str, nodes: list[str], name: str, comment: str
-    ) -> None:
-        self.job_id = job_id
-        self.user_name = user_name
-        self.user_id = user_id
-        self.state = state
-        self.nodes = nodes
-        self.name = name
-        self.comment = comment
-
-    def __repr__(self) -> str:
-        return f"SqueueJob({self.job_id}, {self.user_name!r}, {self.state!r}, nodes={self.nodes})"
-
-
-def parse_squeue_json(text: str) -> list[SqueueJob]:
-    data = _load_json(text, "squeue --json")
-    jobs = data.get("jobs")
-    if not isinstance(jobs, list):
-        raise SlurmParseError("squeue --json: no 'jobs' list")
-    out = []
-    for rec in jobs:
-        if not isinstance(rec, dict) or "job_id" not in rec:
-            raise SlurmParseError("squeue --json: job record without job_id")
-        job = job_record(rec)
-        try:
-            nodes = expand_hostlist(job["nodes"])
-        except HostlistError as exc:
-            raise SlurmParseError(f"squeue --json: {exc}") from exc
-        out.append(
-            SqueueJob(
-                job_id=job["job_id"],
-                user_name=job["user_name"],
-                user_id=job["user_id"],
-                state=job["job_state"],
-                nodes=nodes,
-                name=job["name"],
-                comment=job["comment"],
-            )
-        )
-    return out
-
-
-def squeue_node_user_argv(node: str, user: str) -> list[str]:
-    return ["squeue", "--json", "-w", node, "-u", user]
-
-
-def jobs_on_node(
-    jobs: Iterable[SqueueJob], node: str, user: str | None = None, uid: int | None = None
-) -> list[SqueueJob]:
-    """Active jobs that hold ``node`` (optionally only those of ``user``/``uid``)."""
-    out = []
-    for job in jobs:
-        if job.state not in ACTIVE_STATES or node not in job.nodes:
-            continue
-        if user is not None and job.user_name != user:
-            continue
-        if uid is not None and job.user_id != uid:
-            continue
-        out.append(job)
-    return out
 
 
 # --- session comment ------------------------------------------------------------------------------

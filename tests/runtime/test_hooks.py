@@ -201,26 +201,25 @@ def fake_proc(root: Path, procs: dict[int, int]) -> str:
     return str(root)
 
 
-def squeue_json(jobs: list[dict[str, object]]) -> str:
-    return json.dumps({"meta": {}, "errors": [], "jobs": jobs})
+SQUEUE_ARGV = ["squeue", "--noheader", "--format=%A %T", "--nodelist=vm", "--user=alice"]
 
 
 def test_epilog_kills_leftovers_when_no_other_job(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     proc = fake_proc(tmp_path / "proc", {100: 1001, 101: 1002, 102: 1001})
-    own = {"job_id": 41, "job_state": "COMPLETING", "nodes": "vm", "user_name": "alice", "user_id": 1001}
-    fake_runner.answers["squeue"] = (0, squeue_json([own]), "")
+    # the job itself (its epilog runs while it completes) and an ended job that squeue still lists
+    fake_runner.answers["squeue"] = (0, "41 COMPLETING\n39 COMPLETED\n", "")
     killed: list[tuple[int, int]] = []
     assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
-    assert fake_runner.calls == [["squeue", "--json", "-w", "vm", "-u", "alice"]]
+    assert fake_runner.calls == [SQUEUE_ARGV]
     assert killed == [(100, signal.SIGKILL), (102, signal.SIGKILL)]
     assert "killed 2" in log_text(hook_env, "41")
 
 
 def test_epilog_keeps_processes_when_user_has_another_job(
-    hook_env: dict[str, str], tmp_path: Path, data, fake_runner
+    hook_env: dict[str, str], tmp_path: Path, fake_runner
 ) -> None:
     proc = fake_proc(tmp_path / "proc", {100: 1001})
-    fake_runner.answers["squeue"] = (0, data("squeue_node.json"), "")  # job 42 of alice runs on vm
+    fake_runner.answers["squeue"] = (0, "41 COMPLETING\n42 RUNNING\n43 PENDING\n", "")  # job 42 of alice runs on vm
     killed: list[tuple[int, int]] = []
     assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert killed == []
@@ -233,6 +232,21 @@ def test_epilog_keeps_processes_when_squeue_fails(hook_env: dict[str, str], tmp_
     killed: list[tuple[int, int]] = []
     assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
     assert killed == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ['{"jobs": []}', "41 COMPLETING\n42\n", "41 COMPLETING extra\n", "x42 RUNNING\n", "42 running\n"],
+)
+def test_epilog_keeps_processes_when_squeue_answers_garbage(
+    hook_env: dict[str, str], tmp_path: Path, fake_runner, answer: str
+) -> None:
+    proc = fake_proc(tmp_path / "proc", {100: 1001})
+    fake_runner.answers["squeue"] = (0, answer, "")
+    killed: list[tuple[int, int]] = []
+    assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: killed.append((p, s)), proc_root=proc) == 0
+    assert killed == []
+    assert "squeue output unreadable" in log_text(hook_env, "41")
 
 
 def test_epilog_never_kills_system_uids(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
@@ -259,10 +273,10 @@ def test_epilog_without_leftovers_does_not_ask_slurm(hook_env: dict[str, str], t
 def test_epilog_without_node_name_uses_hostname(hook_env: dict[str, str], tmp_path: Path, fake_runner) -> None:
     del hook_env["SLURMD_NODENAME"]
     proc = fake_proc(tmp_path / "proc", {100: 1001})
-    fake_runner.answers["squeue"] = (0, squeue_json([]), "")
+    fake_runner.answers["squeue"] = (0, "", "")
     assert hooks.run_epilog(hook_env, fake_runner, kill=lambda p, s: None, proc_root=proc) == 0
-    assert fake_runner.calls[0][:3] == ["squeue", "--json", "-w"]
-    assert fake_runner.calls[0][3]
+    assert fake_runner.calls[0][:3] == SQUEUE_ARGV[:3]
+    assert fake_runner.calls[0][3].startswith("--nodelist=") and len(fake_runner.calls[0][3]) > len("--nodelist=")
 
 
 # --- foreign jobs: the hooks act only on Carme's jobs ------------------------------------------------

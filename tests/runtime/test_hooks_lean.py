@@ -26,6 +26,8 @@ HEAVY = frozenset(
     {
         "subprocess",
         "json",
+        "re",
+        "enum",
         "shutil",
         "socket",
         "signal",

@@ -9,7 +9,8 @@ answer must show that
 * the portal never fails: the status is below 500 (with ``TESTING`` on, an exception the portal does not handle
   reaches the test as such; in production it would be a 500);
 * a bad field is refused with a 400 that names it, where the endpoint names its fields;
-* nothing is executed: ``subprocess.Popen`` (under ``subprocess.run``), ``os.system``, ``os.popen``, ``os.exec*``,
+* nothing is executed: the runtime's runner (``SubprocessRunner``, the one place commands run, on
+  ``os.posix_spawn``), ``subprocess.Popen`` (under ``subprocess.run``), ``os.system``, ``os.popen``, ``os.exec*``,
   ``os.spawn*`` and ``os.posix_spawn*`` are replaced by recorders. The only program the portal may start is
   ``scontrol`` (reservations are created with it, webui/reservations/slurm.py): with an argv list, never a string,
   never ``shell=True``; the recorder answers as scontrol would. A generated payload (every marker and shell command
@@ -46,6 +47,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from carme_runtime.command_runner import SubprocessRunner
 from tests.fixtures.fuzz import MARKS
 from tests.fixtures.fuzz import META
 from tests.fixtures.fuzz import RAW
@@ -206,7 +208,7 @@ class ExecMonitor:
 
     def check(self) -> None:
         for how, args, kwargs in self.calls:
-            assert how == "subprocess.Popen", f"the portal called {how}({args!r})"
+            assert how in ("SubprocessRunner", "subprocess.Popen"), f"the portal called {how}({args!r})"
             assert isinstance(args, list | tuple), f"a command as a string: {args!r}"
             assert not kwargs.get("shell"), f"shell=True: {args!r}"
             assert args and args[0] == "scontrol", f"the portal ran {args!r}"
@@ -225,7 +227,7 @@ class ExecMonitor:
 
 class ScontrolStandIn(SlurmReservations):
     """The real :class:`SlurmReservations` (its argv, its check of what Slurm made, its error handling), its state
-    in memory; its ``scontrol`` runs go through ``subprocess.run`` to the recording ``Popen``."""
+    in memory; its ``scontrol`` runs go through the runner to the recorder, which answers with :meth:`answer`."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -313,6 +315,15 @@ def monitor(monkeypatch: pytest.MonkeyPatch) -> ExecMonitor:
 
         return refused
 
+    def recording_runner(
+        self: SubprocessRunner, argv: Any, *, input_text: str | None = None, env: Any = None
+    ) -> tuple[int, str, str]:
+        mon.record("SubprocessRunner", argv, {"input_text": input_text, "env": env})
+        if isinstance(argv, str | bytes) or not argv or argv[0] != "scontrol":
+            raise PermissionError(f"fuzz test: the portal may not run {argv!r}")
+        return mon.slurm.answer(list(argv))
+
+    monkeypatch.setattr(SubprocessRunner, "__call__", recording_runner)
     monkeypatch.setattr(subprocess, "Popen", RecordingPopen)
     starters = ("system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve", "execl", "execle", "execlp")
     starters += ("execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnl", "spawnle", "spawnlp", "spawnlpe")

@@ -17,7 +17,7 @@ from typing import Any
 from flask import current_app
 
 from carme_runtime.command_runner import SubprocessRunner
-from carme_runtime.config import DATASET_NAME_RE
+from carme_runtime.config import is_dataset_name
 from carme_runtime.storage_quota import StorageQuotaError
 from carme_runtime.storage_quota import user_quota
 from webui.caches import cached_view
@@ -39,7 +39,7 @@ def datasets() -> list[Dataset]:
     for entry in current_app.config.get("DATASETS") or ():
         name = str(entry.get("name", "")) if isinstance(entry, dict) else ""
         path = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-        if not DATASET_NAME_RE.match(name) or not path.startswith("/"):
+        if not is_dataset_name(name) or not path.startswith("/"):
             log.warning(
                 "DATASETS: entry %r skipped (needs a name of letters, digits, . _ - and an absolute path)", entry
             )
