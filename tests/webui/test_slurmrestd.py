@@ -12,6 +12,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import fields
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from webui.slurm.records import parse_node
 from webui.slurm.scheduler import SlurmScheduler
 from webui.slurm.scheduler import state_cache
 from webui.slurm.state import ClusterState
+from webui.slurm.state import Job
 
 from .conftest import closed_port
 from .conftest import log_in_as
@@ -398,6 +400,12 @@ def test_a_worker_that_has_not_looked_lately_knows_the_sessions_others_saw_durin
     clock["t"] = 10.0
     during = idle.state()
     assert during.error and [j.job_id for j in during.jobs] == [41]
+    shared = json.loads(Path(share).read_text())  # the parsed jobs, not slurmrestd's records (77 MB for 10,000)
+    assert shared["jobs"][0]["job_id"] == 41 and set(shared["jobs"][0]) == {f.name for f in fields(Job)}
     Path(share).write_text("{not json")  # a damaged file is ignored: the worker keeps its own last state
     clock["t"] = 20.0
+    assert [j.job_id for j in idle.state().jobs] == [41] and idle.state().error
+    # a file in an earlier release's shape (slurmrestd's records, key "partitions"): ignored the same way
+    Path(share).write_text(json.dumps({"fetched_at": 1e12, "jobs": [{"job_id": 42}], "nodes": [], "partitions": []}))
+    clock["t"] = 30.0
     assert [j.job_id for j in idle.state().jobs] == [41] and idle.state().error

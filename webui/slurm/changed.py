@@ -59,21 +59,23 @@ class ChangedList(Generic[T]):
         self.full_reads = 0
         self.unchanged_reads = 0
 
-    def read(self, user: str) -> tuple[list[dict[str, Any]] | None, tuple[T, ...]]:
-        """``(raw records, parsed)``; raw is None when Slurm says nothing changed (parsed: those of the last read)."""
+    def read(self, user: str) -> tuple[tuple[T, ...] | None, tuple[T, ...]]:
+        """``(read now, current)``: the records parsed by this read and the current ones, the same tuple; ``read
+        now`` is None when Slurm says nothing changed (current: those of the last read)."""
         with self._lock:
             since = None if self._stamp is None else (self._stamp if self._settled else self._stamp - 1)
             began = self._clock()
-            raw, stamp = self._client.changed(user, self.what, since)
+            parsed, stamp = self._client.changed(user, self.what, since, self._parse)
             came_back = self._clock()
-            if raw is None:
+            if parsed is None:
                 self.unchanged_reads += 1
                 return None, self._items
-            items = tuple(self._parse(r) for r in raw)
+            items = tuple(parsed)
+            del parsed
             if stamp is not None and stamp == self._stamp:
                 self._settled = began - self._first_seen >= SETTLE_S
             else:
                 self._first_seen, self._settled = came_back, False
             self._items, self._stamp = items, stamp
             self.full_reads += 1
-            return raw, items
+            return items, items

@@ -15,9 +15,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
+from typing import TypeVar
 
 from carme_runtime import slurmrest
 from carme_runtime.slurmrest import SlurmRestApi
@@ -25,6 +27,9 @@ from webui.slurm.errors import SlurmError
 from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.jwt_tokens import TokenRefused
 from webui.slurm.jwt_tokens import TokenSource
+from webui.slurm.listing import decode_listing
+
+T = TypeVar("T")
 
 #: Slurm 22.05's prefixes, for tests that talk to the host's 22.05 directly; the portal uses ``SlurmClient.api``
 API = slurmrest.LEGACY_API.path("").rstrip("/")
@@ -95,6 +100,20 @@ class SlurmClient:
     def request(
         self, method: str, path: str, user: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> dict[str, Any]:
+        doc: dict[str, Any] = self._exchange(method, path, user, body, timeout, None)[0]
+        return doc
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        user: str,
+        body: Mapping[str, Any] | None,
+        timeout: float | None,
+        listing: tuple[str, Callable[[dict[str, Any]], T]] | None,
+    ) -> tuple[dict[str, Any], list[T]]:
+        """The answer's object, and, with ``listing`` ``(key, parse)``, ``parse`` of each record of its ``key`` list,
+        decoded one by one (:mod:`webui.slurm.listing`; then the object lacks ``key``)."""
         try:
             token = self.tokens.token(user)
         except TokenRefused as exc:
@@ -118,10 +137,15 @@ class SlurmClient:
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
             raise SlurmUnavailable(f"The scheduler is not reachable right now ({reason}).") from exc
+        items: list[T] = []
         try:
-            doc = json.loads(raw) if raw else {}
+            if listing is None or not raw:
+                doc = json.loads(raw) if raw else {}
+            else:
+                doc, items = decode_listing(raw.decode("utf-8"), *listing)
         except ValueError:
-            doc = {}
+            doc, items = {}, []
+        del raw
         if not isinstance(doc, dict):
             doc = {}
         errors = [e for e in doc.get("errors") or [] if e]
@@ -131,22 +155,24 @@ class SlurmClient:
             raise SlurmUnavailable(f"The scheduler answered with HTTP {status}; try again shortly.", status=status)
         if status >= 400 or errors:
             raise SlurmError(f"Slurm reported: {_error_text(errors)}", status=status, errors=errors)
-        return doc
+        return doc, items
 
     # --- endpoints: records as the version prints them (carme_runtime.slurmrest's *_record() read any) -----------
     def jobs(self, user: str) -> list[dict[str, Any]]:
         doc = self.request("GET", self.api_for(user).path("jobs"), user)
         return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
 
-    def changed(self, user: str, what: str, since: int | None) -> tuple[list[dict[str, Any]] | None, int | None]:
-        """``jobs`` or ``nodes``, and Slurm's ``last_update`` of them. With ``since`` (an earlier answer's
-        ``last_update``) Slurm sends nothing when nothing changed after that second: then ``(None, since)``. An answer
-        without ``last_update`` (22.05's v0.0.38) gives ``(records, None)``: no conditional reads with that version."""
+    def changed(
+        self, user: str, what: str, since: int | None, parse: Callable[[dict[str, Any]], T]
+    ) -> tuple[list[T] | None, int | None]:
+        """``parse`` of each record of ``jobs`` or ``nodes`` (decoded one by one: a big queue's answer is 77 MB), and
+        Slurm's ``last_update`` of them. With ``since`` (an earlier answer's ``last_update``) Slurm sends nothing when
+        nothing changed after that second: then ``(None, since)``. An answer without ``last_update`` (22.05's v0.0.38)
+        gives ``(records, None)``: no conditional reads with that version."""
         path = self.api_for(user).path(what)
         if since is not None:
             path += "?" + urllib.parse.urlencode({"update_time": since})
-        doc = self.request("GET", path, user, timeout=self.list_timeout)
-        records = [r for r in doc.get(what) or [] if isinstance(r, dict)]
+        doc, records = self._exchange("GET", path, user, None, self.list_timeout, (what, parse))
         stamp = slurmrest.number(doc.get("last_update")) or None  # missing, unset or 0: none
         if since is not None and not records and not stamp:
             return None, since

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 from typing import Protocol
 
@@ -39,6 +40,7 @@ from webui.slurm.errors import SlurmUnavailable
 from webui.slurm.limits import AssocLimits
 from webui.slurm.limits import LimitReader
 from webui.slurm.limits import QosLimits
+from webui.slurm.listing import trim_heap
 from webui.slurm.records import AccountJob
 from webui.slurm.records import SlurmProject
 from webui.slurm.records import int_field
@@ -103,8 +105,7 @@ def state_cache(
     fallback: Callable[[], ClusterState | None] | None = None,
 ) -> SnapshotCache[ClusterState]:
     """Scheduler state fetched at most once per ``ttl`` seconds per process, single-flight. A failed refresh
-    (:class:`SlurmError`) keeps the last good data flagged with the error; ``fallback``: on a failed refresh, the last
-    good state another process fetched, used when newer than this one's own."""
+    (:class:`SlurmError`) keeps the last good data flagged with the error, or ``fallback()``'s when that is newer."""
 
     def on_error(last: ClusterState | None, exc: Exception) -> ClusterState:
         old = last or ClusterState()
@@ -137,10 +138,9 @@ class SlurmScheduler:
         self.app_dirs = tuple(app_dirs)
         self.probe_timeout = probe_timeout
         self.patient_timeout = patient_timeout
-        # Each gunicorn worker has its own snapshot; a worker that has not looked for a while would, during a
-        # scheduler outage, know nothing of the sessions started since (and refuse their proxy). Every good fetch is
-        # also written to ``share_file`` (a directory only the portal's user can reach), and a failed refresh falls
-        # back to it when it is newer than the worker's own.
+        # Each gunicorn worker has its own snapshot; one that has not looked for a while would, in a scheduler outage,
+        # know nothing of the sessions started since (and refuse their proxy). Every good fetch is also written to
+        # ``share_file`` (only the portal's user can reach it); a failed refresh falls back to it when it is newer.
         self.share_file = share_file
         self.cache = state_cache(self._fetch, cache_seconds, fallback=self._shared_state if share_file else None)
         self._jobs = ChangedList(client, "jobs", parse_job)  # read again only after a change (webui/slurm/changed.py)
@@ -160,12 +160,14 @@ class SlurmScheduler:
     def _fetch(self) -> ClusterState:
         # "as of" the moment the job list was asked for: a job submitted after that may be missing from it
         started = time.time()
-        raw_jobs, jobs = self._jobs.read(self.service_user)  # raw None: no job changed since the last read
+        fresh, jobs = self._jobs.read(self.service_user)  # fresh None: no job changed since the last read
         nodes, parts = self._layout.get(
             "all", lambda: (self.client.nodes(self.service_user), self.client.partitions(self.service_user))
         )
-        if self.share_file and raw_jobs is not None:  # written when the jobs changed (a big queue's are 77 MB)
-            self._share({"fetched_at": started, "jobs": raw_jobs, "nodes": nodes, "partitions": parts})
+        if fresh is not None:  # written when the jobs changed; the pages the read used go back (listing.py)
+            if self.share_file:
+                self._share({"fetched_at": started, "jobs": [asdict(j) for j in fresh], "nodes": nodes, "parts": parts})
+            trim_heap()
         return _state_of(jobs, nodes, parts, started)
 
     def _share(self, raw: dict[str, Any]) -> None:
@@ -186,7 +188,8 @@ class SlurmScheduler:
         try:
             with open(self.share_file, encoding="utf-8") as f:
                 raw = json.load(f)
-            return _state_of(tuple(map(parse_job, raw["jobs"])), raw["nodes"], raw["partitions"], raw["fetched_at"])
+            jobs = tuple(Job(**{**j, "nodes": tuple(j["nodes"])}) for j in raw["jobs"])  # as _fetch wrote them
+            return _state_of(jobs, raw["nodes"], raw["parts"], raw["fetched_at"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -338,8 +341,7 @@ def _state_of(jobs: tuple[Job, ...], nodes: Sequence[Any], parts: Sequence[Any],
 
 def probe_http(endpoint: Endpoint, path: str, headers: Mapping[str, str], timeout: float) -> bool:
     """True when the app answers its readiness path with 2xx/3xx (redirects not followed)."""
-    status = launch_probe(endpoint.host, endpoint.port, path, headers, timeout)
-    return is_ready_status(status)
+    return is_ready_status(launch_probe(endpoint.host, endpoint.port, path, headers, timeout))
 
 
 def from_config(config: Mapping[str, Any]) -> Scheduler:
@@ -372,9 +374,6 @@ def shared_state_file(config: Mapping[str, Any]) -> str | None:
         return str(config["SCHEDULER_STATE_FILE"])
     runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
     return os.path.join(runtime_dir, "scheduler-state.json") if runtime_dir else None
-
-
-# --- the app's scheduler -------------------------------------------------------------------------------------------
 
 
 def current_scheduler() -> Scheduler:
