@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 RC_NOT_FOUND = 127
 #: returned when the program ran past its timeout (like timeout(1))
 RC_TIMEOUT = 124
+#: SIGPIPE and SIGXFSZ (Linux's numbers; ``signal`` imports ``enum``): Python ignores them, a program gets them back
+#: at their default, as ``subprocess``'s ``restore_signals`` does (else ``yes | head`` in a script prints errors)
+_DEFAULT_SIGNALS = (13, 25)
 
 
 class SubprocessRunner:
@@ -39,8 +42,9 @@ class SubprocessRunner:
     Built on :func:`os.posix_spawn` and :mod:`select` rather than :mod:`subprocess`, whose import (``locale``, ``re``,
     ``threading``, ``selectors``) cost the epilog about 8 ms whenever it had to ask ``squeue``. It keeps
     ``subprocess.run(..., capture_output=True, text=True)``'s meaning: the program is looked up on the ``PATH`` of
-    ``env`` (of this process without one), stdin is inherited unless ``input_text`` is given, a program killed by a
-    signal returns ``-signal``, output is decoded as UTF-8 with universal newlines (undecodable bytes replaced)."""
+    ``env`` (of this process without one), stdin is inherited unless ``input_text`` is given, SIGPIPE and SIGXFSZ are
+    at their default in the program, a program killed by a signal returns ``-signal``, output is decoded as UTF-8
+    with universal newlines (undecodable bytes replaced)."""
 
     def __init__(self, timeout: float = 30.0) -> None:
         self.timeout = timeout
@@ -70,7 +74,7 @@ class SubprocessRunner:
         else:
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
         try:
-            pid = os.posix_spawn(path, list(argv), dict(environ), file_actions=actions)
+            pid = os.posix_spawn(path, list(argv), dict(environ), file_actions=actions, setsigdef=_DEFAULT_SIGNALS)
         except OSError:
             for fd in (out_r, err_r, in_w):
                 if fd >= 0:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from carme_runtime import command_runner
 from carme_runtime.command_runner import RC_NOT_FOUND
 from carme_runtime.command_runner import RC_TIMEOUT
 from carme_runtime.command_runner import SubprocessRunner
@@ -74,3 +75,11 @@ def test_the_runner_leaves_no_descriptor_open() -> None:
         run(argv, input_text="x")
         run(argv)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_program_gets_sigpipe_back_at_its_default() -> None:
+    import signal
+
+    assert command_runner._DEFAULT_SIGNALS == (signal.SIGPIPE, signal.SIGXFSZ)
+    # with SIGPIPE ignored (Python's own setting) yes would print "Broken pipe" and fail
+    assert SubprocessRunner(timeout=10)(["sh", "-c", "yes | head -1"]) == (0, "y\n", "")

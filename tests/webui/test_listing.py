@@ -50,9 +50,18 @@ def test_members_and_records(text: str, members: dict[str, Any], items: list[int
     "text",
     ["", "[]", "{", '{"jobs": [{"job_id": 1}', '{"jobs": [{"job_id": 1},]}', '{"a": 1,}', '{"a" 1}', "{} x", "{a: 1}"],
 )
-def test_what_is_not_one_object_is_a_value_error(text: str) -> None:
-    with pytest.raises(ValueError):
+def test_what_is_not_one_object_is_a_json_decode_error(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
         decode_listing(text, "jobs", ids)
+
+
+def test_an_error_of_the_parser_goes_through() -> None:
+    def bad(rec: dict[str, Any]) -> int:
+        raise ValueError("not a job")
+
+    with pytest.raises(ValueError, match="not a job") as caught:
+        decode_listing('{"jobs": [{"job_id": 1}]}', "jobs", bad)
+    assert not isinstance(caught.value, json.JSONDecodeError)
 
 
 # In a fresh interpreter: a job list the size of slurmrestd 24.11's for 10,000 jobs, a small record kept of each job

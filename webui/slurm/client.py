@@ -143,7 +143,7 @@ class SlurmClient:
                 doc = json.loads(raw) if raw else {}
             else:
                 doc, items = decode_listing(raw.decode("utf-8"), *listing)
-        except ValueError:
+        except (json.JSONDecodeError, UnicodeDecodeError):  # not JSON; an error of ``parse`` is not swallowed
             doc, items = {}, []
         del raw
         if not isinstance(doc, dict):

@@ -34,14 +34,14 @@ def _skip(text: str, i: int) -> int:
 def _expect(text: str, i: int, chars: str) -> str:
     if i >= len(text) or text[i] not in chars:
         found = repr(text[i]) if i < len(text) else "the end"
-        raise ValueError(f"expected one of {chars!r} at character {i}, found {found}")
+        raise json.JSONDecodeError(f"expected one of {chars!r}, found {found}", text, min(i, len(text)))
     return text[i]
 
 
 def decode_listing(text: str, key: str, parse: Callable[[dict[str, Any]], T]) -> tuple[dict[str, Any], list[T]]:
     """The answer's top-level members except ``key``, and ``parse`` of each object of the ``key`` list (other
-    elements are skipped; a ``key`` that is not a list is kept as a member). ``ValueError`` for text that is not one
-    JSON object."""
+    elements are skipped; a ``key`` that is not a list is kept as a member). ``json.JSONDecodeError`` for text that
+    is not one JSON object; what ``parse`` raises goes through."""
     members: dict[str, Any] = {}
     items: list[T] = []
     i = _skip(text, 0)
@@ -73,7 +73,7 @@ def decode_listing(text: str, key: str, parse: Callable[[dict[str, Any]], T]) ->
         i = _skip(text, i + 1)
         _expect(text, i, '"')  # a member after the comma, not the end
     if _skip(text, i + 1) != len(text):
-        raise ValueError(f"extra data after the object at character {i + 1}")
+        raise json.JSONDecodeError("extra data after the object", text, i + 1)
     return members, items
 
 
