@@ -53,8 +53,18 @@ def hook_log(job_id: str) -> str:
     return on_node("cat", f"/var/log/carme/{job_id}.log")
 
 
+def no_job_of_alice_left(timeout_s: float = 120) -> None:
+    """Wait until alice has no job in the queue, completing ones included: the epilog of an earlier test's job would
+    kill the stray process this test starts (rightly: alice would have no other job on the node)."""
+    deadline = time.monotonic() + timeout_s
+    while on_head("squeue", "--noheader", "--user", "alice").stdout.strip():
+        assert time.monotonic() < deadline, on_head("squeue", "--user", "alice").stdout
+        time.sleep(1)
+
+
 def test_a_stray_process_is_kept_while_another_job_runs_and_killed_after_the_last(demo: Demo) -> None:
-    on_head("scancel", "--user", "alice")  # leftovers of an interrupted run
+    on_head("scancel", "--user", "alice")  # the jobs of earlier tests, and leftovers of an interrupted run
+    no_job_of_alice_left()
     on_node("pkill", "-u", "alice", "-f", f"^{STRAY}$")
     on_node("su", "-s", "/bin/sh", "alice", "-c", f"setsid {STRAY} </dev/null >/dev/null 2>&1 &")
     deadline = time.monotonic() + 10
