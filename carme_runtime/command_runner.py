@@ -75,10 +75,12 @@ class SubprocessRunner:
             actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
         try:
             pid = os.posix_spawn(path, list(argv), dict(environ), file_actions=actions, setsigdef=_DEFAULT_SIGNALS)
-        except OSError:
+        except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd >= 0:
                     os.close(fd)
+            if isinstance(exc, FileNotFoundError):  # gone since the lookup, or its #! interpreter is missing
+                return RC_NOT_FOUND, "", f"{argv[0]}: {exc.strerror}"
             raise
         finally:
             for fd in (out_w, err_w, in_r):

@@ -30,6 +30,10 @@ def test_missing_program_is_127_not_an_exception(tmp_path: Path) -> None:
     rc, out, err = SubprocessRunner(timeout=10)(["carme-no-such-program-here"])
     assert (rc, out) == (RC_NOT_FOUND, "") and "carme-no-such-program-here" in err
     assert SubprocessRunner(timeout=10)([str(tmp_path / "missing")])[0] == RC_NOT_FOUND
+    script = tmp_path / "no-interpreter"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    assert SubprocessRunner(timeout=10)([str(script)])[0] == RC_NOT_FOUND  # as subprocess's FileNotFoundError was
     with pytest.raises(ValueError):
         SubprocessRunner()([])
 
